@@ -15,12 +15,20 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar, dataclass_transform
 
 from linnet.source import Span
 from linnet.syntax.tokens import Comment
 
-node = dataclass(frozen=True, slots=True, eq=False)
+_N = TypeVar("_N")
+
+
+# NOTE: a plain alias `node = dataclass(...)` is opaque to mypy, which then sees no
+# generated `__init__`; `dataclass_transform` tells it what the decorator does.
+@dataclass_transform(frozen_default=True, eq_default=False)
+def node(cls: type[_N]) -> type[_N]:
+    """Frozen, slotted, identity-compared dataclass: the decorator of every node."""
+    return dataclass(frozen=True, slots=True, eq=False)(cls)
 
 
 @node
@@ -588,6 +596,9 @@ def same_tree(a: object, b: object) -> bool:
     """Structural equality of two syntax trees, ignoring spans.
 
     Comments are compared by text and placement (`own_line`), not by offset.
+    `trailing_comma` flags are layout, not structure (the formatter adds the comma
+    to every list it breaks), so they are ignored too; `(x,)` stays a tuple and
+    `(x)` a `Paren` either way.
     """
     if type(a) is not type(b):
         return False
@@ -601,6 +612,8 @@ def same_tree(a: object, b: object) -> bool:
         return True
     if dataclasses.is_dataclass(a) and not isinstance(a, type):
         for f in dataclasses.fields(a):
+            if f.name == "trailing_comma":
+                continue
             if not same_tree(getattr(a, f.name), getattr(b, f.name)):
                 return False
         return True

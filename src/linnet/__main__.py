@@ -1,0 +1,5 @@
+"""`python -m linnet`: the same as the `linnet` console script."""
+
+from linnet.cli import main
+
+raise SystemExit(main())

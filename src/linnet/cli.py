@@ -1,0 +1,332 @@
+"""The `linnet` command (language.md 18): check, lint, fmt, inspect, init, spec-test.
+
+Stage: the outermost shell. In: a command line. Out: text on stdout/stderr
+and an exit status:
+
+    0   success (warnings allowed unless `--strict` / `lint`)
+    1   the input has errors, `--strict` saw warnings, `fmt --check` found a
+        file to reformat, or a file could not be read or written
+    2   the command line is wrong: `linnet: <problem>` then the usage, on stderr
+    70  an internal error, a bug in linnet (EX_SOFTWARE of sysexits.h, so
+        scripts can tell a crash from a program with errors). No traceback is
+        shown unless LINNET_TRACEBACK=1; the message asks for a report.
+
+Global options work anywhere before `--`: `--no-color`, `-h`/`--help` (also the
+command `help`), `-V`/`--version`. Options take their value as `--std DIR` or
+`--std=DIR`; `--` ends the options.
+
+Every command imports what it needs when it runs, so `linnet check` never
+loads NumPy or a framework and starts about as fast as the interpreter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from linnet import __version__
+from linnet.errors import LinnetError
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 70
+
+USAGE = """\
+usage: linnet <command> [options]
+
+commands:
+  check [--strict] [--json] [--std DIR] PATH...   check files and directories (and their imports)
+  lint [--json] [--std DIR] PATH...                check with warnings failing (check --strict)
+  fmt PATH... | fmt --check PATH... | fmt -        format files in place, check them, or stdin
+  inspect --parameters [--json] [--std DIR] FILE  the parameter manifest of each block in FILE
+  inspect --tokens FILE | inspect --ast FILE       debugging views of the lexer and the parser
+  init [DIR]                                       create a package (linnet.toml, src/lib.linnet)
+  spec-test [--std DIR] DIR                        run a conformance directory
+
+options:
+  --no-color      never colour diagnostics
+  -h, --help      show this help (also: linnet help)
+  -V, --version   show the version
+
+The standard library comes from --std DIR, else $LINNET_STD, else the copy shipped with linnet.
+"""
+
+
+class UsageError(Exception):
+    """A malformed command line: exit status 2 with the usage text."""
+
+
+class Invocation:
+    """A parsed command line: the command, its flags, valued options and operands."""
+
+    __slots__ = ("color", "command", "flags", "operands", "values")
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.flags: set[str] = set()
+        self.values: dict[str, str] = {}
+        self.operands: list[str] = []
+        self.color = True
+
+    @property
+    def std(self) -> Path | None:
+        value = self.values.get("--std")
+        return Path(value) if value is not None else None
+
+
+class CommandSpec:
+    """A command's function, its flags and its options that take a value."""
+
+    __slots__ = ("flags", "run", "valued")
+
+    def __init__(
+        self,
+        run: Callable[[Invocation], int],
+        flags: frozenset[str] = frozenset(),
+        valued: frozenset[str] = frozenset(),
+    ) -> None:
+        self.run = run
+        self.flags = flags
+        self.valued = valued
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command line; returns the exit status (the console script exits with it)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    _tolerate_unencodable_output()
+    try:
+        return _dispatch(args)
+    except UsageError as exc:
+        sys.stderr.write(f"linnet: {exc}\n\n{USAGE}")
+        return EXIT_USAGE
+    except LinnetError as exc:
+        _report_linnet_error(exc)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        sys.stderr.write("linnet: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`linnet inspect ... | head`): stop quietly.
+        _silence_stdout()
+        return EXIT_FAILURE
+    except Exception as exc:  # a bug in linnet: never a bare traceback (style.md 7)
+        _report_internal_error(exc, args)
+        return EXIT_INTERNAL
+
+
+def _dispatch(args: list[str]) -> int:
+    options_end = args.index("--") if "--" in args else len(args)
+    head, tail = args[:options_end], args[options_end:]
+    if any(a in ("-h", "--help") for a in head) or (head[:1] == ["help"]):
+        sys.stdout.write(USAGE)
+        return EXIT_OK
+    if any(a in ("-V", "--version") for a in head):
+        sys.stdout.write(f"linnet {__version__}\n")
+        return EXIT_OK
+    color = "--no-color" not in head
+    args = [a for a in head if a != "--no-color"] + tail
+    if not args:
+        raise UsageError("no command given")
+    command = args[0]
+    spec = _COMMANDS.get(command)
+    if spec is None:
+        raise UsageError(f"unknown command `{command}`")
+    invocation = _parse(command, args[1:], spec)
+    invocation.color = color
+    return spec.run(invocation)
+
+
+def _parse(command: str, args: list[str], spec: CommandSpec) -> Invocation:
+    """Split the arguments of one command into flags, `--opt value` pairs and operands."""
+    invocation = Invocation(command)
+    index = 0
+    only_operands = False
+    while index < len(args):
+        arg = args[index]
+        index += 1
+        if only_operands or arg == "-" or not arg.startswith("-"):
+            invocation.operands.append(arg)
+        elif arg == "--":
+            only_operands = True
+        elif arg in spec.flags:
+            invocation.flags.add(arg)
+        elif arg.split("=", 1)[0] in spec.valued:
+            name, has_value, value = arg.partition("=")
+            if not has_value:
+                if index >= len(args):
+                    raise UsageError(f"option `{name}` needs a value")
+                value = args[index]
+                index += 1
+            if not value:
+                raise UsageError(f"option `{name}` needs a value")
+            invocation.values[name] = value
+        else:
+            raise UsageError(f"unknown option `{arg}` for `{command}`")
+    return invocation
+
+
+# -- check / lint ----------------------------------------------------------------------
+
+
+def _run_check(invocation: Invocation) -> int:
+    from linnet.diagnostics import render_human, render_json
+    from linnet.pipeline import check_paths
+
+    if not invocation.operands:
+        raise UsageError(f"`{invocation.command}` needs at least one path")
+    strict = "--strict" in invocation.flags or invocation.command == "lint"
+    program = check_paths([Path(p) for p in invocation.operands], invocation.std)
+    diagnostics = program.diagnostics
+    if "--json" in invocation.flags:
+        sys.stdout.write(render_json(diagnostics) + "\n")
+    elif diagnostics:
+        sys.stderr.write(render_human(diagnostics, color=_color_for(sys.stderr, invocation)))
+    has_errors = any(d.is_error for d in diagnostics)
+    has_warnings = any(not d.is_error for d in diagnostics)
+    return EXIT_FAILURE if has_errors or (strict and has_warnings) else EXIT_OK
+
+
+# -- inspect ---------------------------------------------------------------------------
+
+_VIEWS = ("--parameters", "--tokens", "--ast")
+
+
+def _run_inspect(invocation: Invocation) -> int:
+    views = [v for v in _VIEWS if v in invocation.flags]
+    if len(views) != 1:
+        raise UsageError("`inspect` needs exactly one of --parameters, --tokens, --ast")
+    if "--json" in invocation.flags and views[0] != "--parameters":
+        raise UsageError("`--json` is only valid with `inspect --parameters`")
+    if len(invocation.operands) != 1:
+        raise UsageError("`inspect` takes exactly one file")
+    path = Path(invocation.operands[0])
+    if path.is_dir():
+        raise LinnetError(f"`{path}` is a directory; `inspect` takes one file")
+    from linnet.commands.inspect import show_ast, show_parameters, show_tokens
+
+    if views[0] == "--parameters":
+        return show_parameters(path, invocation.std, "--json" in invocation.flags,
+                               _color_for(sys.stderr, invocation))
+    show = show_tokens if views[0] == "--tokens" else show_ast
+    return show(path, _color_for(sys.stderr, invocation))
+
+
+# -- fmt -------------------------------------------------------------------------------
+
+
+def _run_fmt(invocation: Invocation) -> int:
+    from linnet.commands.fmt import format_paths, format_stdin
+
+    operands = invocation.operands
+    if not operands:
+        raise UsageError("`fmt` needs a path, or `-` for stdin")
+    check = "--check" in invocation.flags
+    color = _color_for(sys.stderr, invocation)
+    if "-" in operands:
+        if len(operands) != 1:
+            raise UsageError("`fmt -` reads stdin and cannot be mixed with paths")
+        return format_stdin(check, color)
+    return format_paths([Path(p) for p in operands], check, color)
+
+
+# -- init ------------------------------------------------------------------------------
+
+
+def _run_init(invocation: Invocation) -> int:
+    from linnet.commands.init import init_package
+
+    if len(invocation.operands) > 1:
+        raise UsageError("`init` takes at most one directory")
+    directory = Path(invocation.operands[0]) if invocation.operands else Path.cwd()
+    name = init_package(directory)
+    sys.stdout.write(f"created package `{name}` in {directory}\n")
+    return EXIT_OK
+
+
+# -- spec-test -------------------------------------------------------------------------
+
+
+def _run_spec_test(invocation: Invocation) -> int:
+    from linnet.spec_test import run_spec_tests
+
+    if len(invocation.operands) != 1:
+        raise UsageError("`spec-test` takes exactly one directory")
+    directory = Path(invocation.operands[0])
+    if not directory.is_dir():
+        raise LinnetError(f"`{directory}` is not a directory")
+    report = run_spec_tests(directory, invocation.std)
+    for file, reason in report.failures:
+        sys.stdout.write(f"FAIL {file}: {reason}\n")
+    sys.stdout.write(f"{report.cases} cases, {len(report.failures)} failed\n")
+    return EXIT_FAILURE if report.failures else EXIT_OK
+
+
+_COMMANDS: dict[str, CommandSpec] = {
+    "check": CommandSpec(_run_check, frozenset({"--strict", "--json"}), frozenset({"--std"})),
+    "lint": CommandSpec(_run_check, frozenset({"--strict", "--json"}), frozenset({"--std"})),
+    "fmt": CommandSpec(_run_fmt, frozenset({"--check"})),
+    "inspect": CommandSpec(
+        _run_inspect, frozenset({*_VIEWS, "--json"}), frozenset({"--std"})
+    ),
+    "init": CommandSpec(_run_init),
+    "spec-test": CommandSpec(_run_spec_test, valued=frozenset({"--std"})),
+}
+
+
+# -- output helpers --------------------------------------------------------------------
+
+
+def _color_for(stream: TextIO, invocation: Invocation) -> bool:
+    """Colour only on a terminal, never with --no-color or NO_COLOR (16.3)."""
+    if not invocation.color or os.environ.get("NO_COLOR"):
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def _tolerate_unencodable_output() -> None:
+    """Undecodable source bytes must not crash printing on a non-UTF-8 terminal."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # pragma: no cover - stdout without a descriptor
+        pass
+
+
+def _report_linnet_error(exc: LinnetError) -> None:
+    sys.stderr.write(f"linnet: {exc.message}\n")
+    if exc.diagnostics:
+        from linnet.diagnostics import render_human
+
+        sys.stderr.write("\n" + render_human(exc.diagnostics, color=False))
+
+
+def _report_internal_error(exc: BaseException, args: Sequence[str]) -> None:
+    import shlex
+
+    command_line = shlex.join(["linnet", *args])
+    sys.stderr.write(
+        f"linnet: internal error: {type(exc).__name__}: {exc}\n"
+        "linnet: this is a bug in linnet, not a problem with your input; please report it\n"
+        "        on the linnet-lang issue tracker with the command line that triggered it:\n"
+        f"        {command_line}\n"
+    )
+    if os.environ.get("LINNET_TRACEBACK") == "1":
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    else:
+        sys.stderr.write("linnet: set LINNET_TRACEBACK=1 to see the traceback\n")

@@ -1,0 +1,1 @@
+"""The bodies of the larger `linnet` commands (fmt, inspect, init); `cli.py` dispatches to them."""
