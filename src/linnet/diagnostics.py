@@ -11,9 +11,9 @@ Rendering follows section 16.3 (human, rustc style) and 16.4 (JSON).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
+from linnet.records import record
 from linnet.source import Span
 
 Severity = Literal["error", "warning", "note"]
@@ -85,7 +85,7 @@ CODES: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Label:
     """A secondary location with its own text ("first defined here")."""
 
@@ -93,7 +93,7 @@ class Label:
     text: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Diagnostic:
     """One finding. `span` is None only for findings without a position (E5001)."""
 

@@ -12,8 +12,9 @@ character and the lexer can point at the bad byte (E1001) instead of failing.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from linnet.records import field, record
 
 
 class SourceFile:
@@ -76,7 +77,7 @@ class SourceFile:
         return f"SourceFile({self.path!r})"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Span:
     """A half-open character range `[start, end)` in one source file."""
 

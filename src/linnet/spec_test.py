@@ -22,19 +22,19 @@ relative to the conformance directory.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from linnet.diagnostics import CODES, Diagnostic, render_human
 from linnet.errors import LinnetError
+from linnet.records import field, record
 
 MANIFEST = "manifest.toml"
 SNAPSHOT_DIR = "diagnostics"
 _CODE = re.compile(r"[EW]\d{4}\Z")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Case:
     """One `[[case]]` of the manifest."""
 
@@ -45,7 +45,7 @@ class Case:
     column: int | None = None
 
 
-@dataclass
+@record
 class SpecReport:
     """How many cases ran and, for each failed one, its file and the reason."""
 

@@ -7,7 +7,6 @@ Expression shapes are asserted through `sexpr`, a compact S-expression view:
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 from pathlib import Path
@@ -138,10 +137,10 @@ def all_nodes(root: object) -> list[object]:
     while stack:
         node = stack.pop()
         found.append(node)
-        for field in dataclasses.fields(node):  # type: ignore[arg-type]
-            value = getattr(node, field.name)
+        for name in ast.node_fields(node):
+            value = getattr(node, name)
             values = value if isinstance(value, tuple) else (value,)
-            stack.extend(v for v in values if dataclasses.is_dataclass(v) and hasattr(v, "span"))
+            stack.extend(v for v in values if ast.is_node(v))
     return found
 
 
@@ -153,8 +152,8 @@ def assert_spans_exact(tree: ast.File) -> None:
             continue
         assert span.text == span.text.strip(), (type(node).__name__, span.text)
         assert span.text, type(node).__name__
-        for field in dataclasses.fields(node):  # type: ignore[arg-type]
-            value = getattr(node, field.name)
+        for name in ast.node_fields(node):
+            value = getattr(node, name)
             for child in value if isinstance(value, tuple) else (value,):
                 child_span = getattr(child, "span", None)
                 if isinstance(child_span, Span):

@@ -19,9 +19,9 @@ Resolution targets (the `Decl` union):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from linnet.records import field, record
 from linnet.syntax import ast
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 Resolution = Literal["todo", "busy", "done"]
 
 
-@dataclass(eq=False, slots=True)
+@record(eq=False)
 class ModuleInfo:
     """One loaded module: its own items and the names its `use`s bind."""
 
@@ -53,7 +53,7 @@ class ModuleInfo:
         return f"module {self.name}"
 
 
-@dataclass(eq=False, slots=True)
+@record(eq=False)
 class ImportBinding:
     """A name a `use` binds; `target` is an item of another module or a whole module."""
 
@@ -64,7 +64,7 @@ class ImportBinding:
     used: bool = False
 
 
-@dataclass(eq=False, slots=True, kw_only=True)
+@record(eq=False, kw_only=True)
 class ItemInfo:
     """Common part of items declared in a module or a block."""
 
@@ -82,7 +82,7 @@ class ItemInfo:
         return f"{self.module.name}::{self.name}"
 
 
-@dataclass(eq=False, slots=True)
+@record(eq=False)
 class GenericInfo:
     """A generic parameter (5.5). `key` is its `Symbol` (Dim, Shape) or `DTypeVar`."""
 
@@ -104,7 +104,7 @@ class GenericInfo:
         return self.kind not in ("Dim", "Shape")
 
 
-@dataclass(eq=False, slots=True)
+@record(eq=False)
 class Constraint:
     """One `where` relation with both sides as dimensions (6.2)."""
 
@@ -117,7 +117,7 @@ class Constraint:
         return f"{self.lhs} {self.rel} {self.rhs}"
 
 
-@dataclass(eq=False, slots=True)
+@record(eq=False)
 class LocalInfo:
     """A local name: parameter, `let`/`var`/pattern binding, comprehension, loop variable.
 
@@ -136,7 +136,7 @@ class LocalInfo:
     default: ast.Expr | None = None  # parameters only
 
 
-@dataclass(eq=False, slots=True)
+@record(eq=False)
 class MemberInfo:
     """A `param`, `buffer`, `state` or `sub` of a block (12.2)."""
 
@@ -150,7 +150,7 @@ class MemberInfo:
     used: bool = False
 
 
-@dataclass(eq=False, slots=True, kw_only=True)
+@record(eq=False, kw_only=True)
 class FnInfo(ItemInfo):
     """A `fn`, `op` or `entry` (11.1), at module level or as a block method."""
 
@@ -176,7 +176,7 @@ class FnInfo(ItemInfo):
         return f"{self.kind} {self.qualified_name}"
 
 
-@dataclass(eq=False, slots=True)
+@record(eq=False)
 class CallEdge:
     """A call from one function to another, with the child path of its receiver."""
 
@@ -185,7 +185,7 @@ class CallEdge:
     receiver_path: tuple[str, ...]  # () for calls of the same block or module
 
 
-@dataclass(eq=False, slots=True, kw_only=True)
+@record(eq=False, kw_only=True)
 class BlockInfo(ItemInfo):
     """A block (12.1): generics, facts, members, methods and nested items."""
 
@@ -204,7 +204,7 @@ class BlockInfo(ItemInfo):
         return f"block {self.qualified_name}"
 
 
-@dataclass(eq=False, slots=True, kw_only=True)
+@record(eq=False, kw_only=True)
 class ConstInfo(ItemInfo):
     """`const NAME[: T] = expr` (14.1). `value` is the folded Python value."""
 
@@ -213,7 +213,7 @@ class ConstInfo(ItemInfo):
     value: ConstValue | None = None
 
 
-@dataclass(eq=False, slots=True, kw_only=True)
+@record(eq=False, kw_only=True)
 class AliasInfo(ItemInfo):
     """`type Name<G> = T`: transparent (5.3)."""
 
@@ -222,7 +222,7 @@ class AliasInfo(ItemInfo):
     target: Type | None = None
 
 
-@dataclass(eq=False, slots=True, kw_only=True)
+@record(eq=False, kw_only=True)
 class StructInfo(ItemInfo):
     """`struct Name<G> { field: T ... }`: nominal (5.3)."""
 
@@ -232,7 +232,7 @@ class StructInfo(ItemInfo):
     fields_state: Resolution = "todo"
 
 
-@dataclass(eq=False, slots=True, kw_only=True)
+@record(eq=False, kw_only=True)
 class EnumInfo(ItemInfo):
     """`enum Name { A, B }` (14.2)."""
 
@@ -241,7 +241,7 @@ class EnumInfo(ItemInfo):
     variants: list[str] = field(default_factory=list)
 
 
-@dataclass(eq=False, slots=True, frozen=True)
+@record(eq=False, frozen=True)
 class EnumVariant:
     """The value `Name.A` (the resolution of such a `Member`)."""
 
@@ -249,14 +249,14 @@ class EnumVariant:
     name: str
 
 
-@dataclass(eq=False, slots=True, frozen=True)
+@record(eq=False, frozen=True)
 class PreludeFn:
     """A prelude function named in call position (section 10)."""
 
     name: str
 
 
-@dataclass(eq=False, slots=True, frozen=True)
+@record(eq=False, frozen=True)
 class UnresolvedImport:
     """A name a `use` meant to bind but could not (E1201/E1203 already reported).
 
@@ -281,7 +281,7 @@ Decl = (
 )
 
 
-@dataclass(eq=False, slots=True)
+@record(eq=False)
 class IndexVar:
     """An index variable of index notation (8.2): an output or reduction index.
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from linnet.check.package import MANIFEST_NAME, Package, read_package
 from linnet.diagnostics import Diagnostic, error, sort_key
 from linnet.errors import LinnetError
+from linnet.records import field, record
 from linnet.source import SourceFile, Span
 from linnet.syntax import ast
 
@@ -33,7 +33,7 @@ SOURCE_SUFFIX = ".linnet"
 STD_ENV = "LINNET_STD"
 
 
-@dataclass
+@record
 class LoadedModule:
     """One parsed module. `imports` maps each `use` to its target's key, None if unresolved."""
 
@@ -45,7 +45,7 @@ class LoadedModule:
     is_std: bool
 
 
-@dataclass
+@record
 class ModuleGraph:
     """Every reachable module, the roots the user named, and the loading diagnostics."""
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from linnet.diagnostics import Diagnostic, error
+from linnet.records import field, record
 
 MANIFEST_NAME = "linnet.toml"
 LANGUAGE_VERSION = "0.1"  # 4.5: the only language version this toolchain implements
@@ -24,7 +24,7 @@ RESERVED_DEPENDENCY_NAMES = frozenset({"std", "crate"})
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Package:
     """A validated package. `dependencies` holds only the entries that passed 4.5."""
 

@@ -25,7 +25,6 @@ hash by identity; the AST is never mutated):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from linnet.check.decls import (
@@ -40,13 +39,14 @@ from linnet.check.decls import (
 from linnet.check.dims import Dim
 from linnet.check.types import BlockType, DType, Subst, Type
 from linnet.diagnostics import Diagnostic
+from linnet.records import field, record
 from linnet.syntax import ast
 
 if TYPE_CHECKING:
     from linnet.check.modules import ModuleGraph
 
 
-@dataclass(eq=False, slots=True)
+@record(eq=False)
 class CallInfo:
     """A checked call (7.7, 5.6).
 
@@ -67,7 +67,7 @@ class CallInfo:
     axis: int | None = None  # `concat`'s normalised axis (a position in the shape items)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class AxisSelection:
     """One explicit slicing component (9.2): which source axis, and what it does."""
 
@@ -80,7 +80,7 @@ class AxisSelection:
     extent: Dim | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class IndexingInfo:
     """How an `Index` expression reads its target.
 
@@ -94,7 +94,7 @@ class IndexingInfo:
     position: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class ComprehensionInfo:
     """`let name[i, *s] = body` (8.1): the output indices in order and the result."""
 
@@ -103,7 +103,7 @@ class ComprehensionInfo:
     result: Type
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class ReductionInfo:
     """`kind<D>[i, j] body` (8.6); `dtype` is the accumulation and result dtype."""
 
@@ -111,7 +111,7 @@ class ReductionInfo:
     dtype: DType | None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class StaticForInfo:
     """A `static for` (13.1, 13.2): over a sub array, or over `start..stop`."""
 
@@ -123,7 +123,7 @@ class StaticForInfo:
     array_path: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class ManifestEntry:
     """One tensor of an instantiated block tree (12.7, 18.2 `inspect --parameters`)."""
 
@@ -135,7 +135,7 @@ class ManifestEntry:
     optional: bool
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class BlockManifest:
     name: str
     module: str
@@ -143,7 +143,7 @@ class BlockManifest:
     entries: list[ManifestEntry]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class StateFootprint:
     """State a function reads or writes, directly or through calls (11.5, 12.6).
 
@@ -155,7 +155,7 @@ class StateFootprint:
     writes: frozenset[tuple[str, ...]]
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class CheckedProgram:
     """What checking produced: diagnostics plus the side tables listed above."""
 

@@ -13,22 +13,32 @@ Comments live on `File.comments`, on the side.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Literal, TypeVar, dataclass_transform
 
+from linnet.records import record, record_fields
 from linnet.source import Span
 from linnet.syntax.tokens import Comment
 
 _N = TypeVar("_N")
+_NODE_TYPES: set[type] = set()
 
 
-# NOTE: a plain alias `node = dataclass(...)` is opaque to mypy, which then sees no
-# generated `__init__`; `dataclass_transform` tells it what the decorator does.
 @dataclass_transform(frozen_default=True, eq_default=False)
 def node(cls: type[_N]) -> type[_N]:
-    """Frozen, slotted, identity-compared dataclass: the decorator of every node."""
-    return dataclass(frozen=True, slots=True, eq=False)(cls)
+    """A syntax node class: a frozen, slotted record compared by identity."""
+    built = record(frozen=True, eq=False)(cls)
+    _NODE_TYPES.add(built)
+    return built
+
+
+def is_node(value: object) -> bool:
+    """True for instances of syntax tree node classes."""
+    return type(value) in _NODE_TYPES
+
+
+def node_fields(value: object) -> tuple[str, ...]:
+    """The field names of a node, in declaration order."""
+    return record_fields(value)
 
 
 @node
@@ -610,11 +620,11 @@ def same_tree(a: object, b: object) -> bool:
         return a.text == b.text and a.own_line == b.own_line
     if isinstance(a, Span):
         return True
-    if dataclasses.is_dataclass(a) and not isinstance(a, type):
-        for f in dataclasses.fields(a):
-            if f.name == "trailing_comma":
+    if is_node(a):
+        for name in node_fields(a):
+            if name == "trailing_comma":
                 continue
-            if not same_tree(getattr(a, f.name), getattr(b, f.name)):
+            if not same_tree(getattr(a, name), getattr(b, name)):
                 return False
         return True
     return a == b

@@ -14,9 +14,9 @@ derives values (section 2.8).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from linnet.diagnostics import Diagnostic, error
+from linnet.records import record
 from linnet.source import SourceFile, Span
 from linnet.syntax.tokens import KEYWORDS, RESERVED, Comment, Kind, Token
 
@@ -77,7 +77,7 @@ STRING_HELP = (
 )
 
 
-@dataclass(slots=True)
+@record
 class Scan:
     """The tokens of one file as parallel lists; the last token is always EOF."""
 

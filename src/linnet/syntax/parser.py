@@ -18,7 +18,6 @@ recovery), `parser_expr` (expressions, types, patterns) and `parser_decl`
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import sys
 
@@ -82,21 +81,21 @@ def dump_ast(tree: ast.File) -> str:
         node, indent, label = stack.pop()
         scalars: list[str] = []
         children: list[tuple[object, str]] = []
-        for field in dataclasses.fields(node):  # type: ignore[arg-type]
-            value = getattr(node, field.name)
-            if isinstance(value, Span) or value is None or field.name == "comments":
+        for field_name in ast.node_fields(node):
+            value = getattr(node, field_name)
+            if isinstance(value, Span) or value is None or field_name == "comments":
                 continue
             if isinstance(value, ast.Ident):
-                scalars.append(f"{field.name}={value.name}")
+                scalars.append(f"{field_name}={value.name}")
             elif isinstance(value, tuple):
                 if value and all(isinstance(v, ast.Ident) for v in value):
-                    scalars.append(f"{field.name}={'.'.join(v.name for v in value)}")
+                    scalars.append(f"{field_name}={'.'.join(v.name for v in value)}")
                 else:
-                    children.extend((v, f"{field.name}[{i}]") for i, v in enumerate(value))
-            elif dataclasses.is_dataclass(value):
-                children.append((value, field.name))
+                    children.extend((v, f"{field_name}[{i}]") for i, v in enumerate(value))
+            elif ast.is_node(value):
+                children.append((value, field_name))
             else:
-                scalars.append(f"{field.name}={value!r}")
+                scalars.append(f"{field_name}={value!r}")
         span = getattr(node, "span", None)
         where = f" @{_position(span)}" if isinstance(span, Span) else ""
         head = f"{label}: " if label else ""

@@ -6,9 +6,9 @@ the parser sees; the lexer returns them on the side for the formatter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 
+from linnet.records import record
 from linnet.source import Span
 
 
@@ -58,7 +58,7 @@ PRELUDE_NAMES: frozenset[str] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Token:
     """One token. `text` is the exact source spelling (literals keep theirs)."""
 
@@ -73,7 +73,7 @@ class Token:
         return self.kind is Kind.KEYWORD and self.text == text
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Comment:
     """A comment kept for the formatter. `own_line`: nothing but blanks before it."""
 
