@@ -6,14 +6,19 @@ document. In: the source, its comments (`File.comments`) and the token stream
 between the same two tokens it sat between in the source.
 
 The formatter prints the tokens of a file in source order; only commas change
-(trailing commas are added to broken lists and dropped from `where` clauses and
-generic argument lists). So every token the printer emits goes through
-`CommentCursor.tok`, which advances a cursor over the source tokens and emits the
-comments met on the way:
+(trailing commas are added to broken lists and dropped from `where` clauses,
+generic argument lists, tuple types and patterns) and the parentheses around a
+type, which the tree does not keep. So every token the printer emits goes
+through `CommentCursor.tok`, which advances a cursor over the source tokens and
+emits the comments met on the way:
 
 - a comment after code on the same line (`own_line` false) is printed right
-  after the token before it, one space after the code; at the end of a line it
-  becomes a line suffix that forces the enclosing group to break;
+  after the token before it, one space after the code. At the end of a line,
+  after a token where the layout may break (an opening bracket or comma of a
+  list, a binary operator, the end of a list element or statement) it becomes
+  a line suffix that forces the enclosing group to break; after other tokens it
+  ends the output line right there. Either way the comment ends up after the
+  same token when the output is formatted again, so formatting is idempotent;
 - a comment on its own line is printed before the next token, on its own line
   at the current indentation, with one blank line kept before or after it where
   the source had any (never right after an opening bracket or before a closing
@@ -95,8 +100,8 @@ class CommentCursor:
         # Inside types, generic argument and index lists (which never break) a
         # trailing comment does not force a break: it just ends its line.
         self.flat_depth = 0
-        # A line comment printed as a line suffix waits for the next newline;
-        # nothing may join it on that line (see `tok_parts`).
+        # A comment printed as a line suffix at a break point waits for the
+        # line break; no other comment may join it on that line (`tok_parts`).
         self.floating = False
         if self.active:
             scanned = scan(source)
@@ -112,10 +117,8 @@ class CommentCursor:
 
         `breaks` marks a token the layout may break right after (a list's
         opening bracket or comma, a binary operator): a comment ending the line
-        after it forces the enclosing group to break. After other tokens such a
-        comment just moves to the end of the output line, which keeps the
-        layout the same when the output is formatted again (the comment then
-        follows the line's last token)."""
+        after it forces the enclosing group to break there. After other tokens
+        such a comment ends the output line itself."""
         if not self.active:
             return text
         before, after = self.tok_parts(text, breaks)
