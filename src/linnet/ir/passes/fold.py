@@ -1,0 +1,71 @@
+"""Constant folding: ops whose operands are all constants become constants.
+
+Input/output: a `Function`. An op is folded when it is region-free, has at
+least one operand, every operand is the result of a `const`, and its result has
+at most `FOLD_LIMIT` elements (so broadcasting a scalar to a large shape is not
+materialised into the program). Values are computed by the reference kernels
+(`linnet.ir.kernels`), so folding cannot change what a program computes. An op
+whose evaluation fails at run time (an out-of-range constant index) is left in
+place for the backend to report. An `if` whose condition is constant is
+replaced by the ops of the taken branch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from linnet.errors import LinnetError
+from linnet.ir.core import Function, Op
+from linnet.ir.kernels import KERNELS, evaluate
+from linnet.ir.passes.rewrite import Rewriter
+
+FOLD_LIMIT = 4096
+
+
+class ConstantFolder(Rewriter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.constants: dict[object, npt.NDArray[Any]] = {}
+
+    def visit(self, op: Op) -> list[Op]:
+        if op.kind == "const":
+            value = op.attrs["value"]
+            assert isinstance(value, np.ndarray)
+            self.constants[op.results[0]] = value
+            return [op]
+        if op.kind == "if" and op.operands[0] in self.constants:
+            return self.inline_branch(op)
+        if not self.foldable(op):
+            return [op]
+        try:
+            value = evaluate(op, [self.constants[v] for v in op.operands])
+        except LinnetError:
+            return [op]
+        self.constants[op.results[0]] = value
+        self.changed = True
+        return [Op("const", (), op.results, {"value": value})]
+
+    def foldable(self, op: Op) -> bool:
+        return (
+            op.kind in KERNELS
+            and not op.regions
+            and bool(op.operands)
+            and all(v in self.constants for v in op.operands)
+            and op.results[0].type.size <= FOLD_LIMIT
+        )
+
+    def inline_branch(self, op: Op) -> list[Op]:
+        taken = op.regions[0] if bool(self.constants[op.operands[0]]) else op.regions[1]
+        for result, value in zip(op.results, taken.results, strict=True):
+            self.replace(result, value)
+        self.changed = True
+        return list(taken.ops)
+
+
+def fold_constants(fn: Function) -> tuple[Function, bool]:
+    """Fold `fn`; also say whether anything changed."""
+    folder = ConstantFolder()
+    return folder.function(fn), folder.changed

@@ -1,0 +1,73 @@
+"""The rewriting walker every forward pass builds on (fold, CSE, simplify).
+
+Input: a `Function`; output: a new `Function` that shares every op and value the
+pass did not touch (ops and values are treated as immutable once built, so the
+original function stays valid and can still be run or printed). A pass
+subclasses `Rewriter` and implements `visit(op) -> list[Op]`: return `[op]` to
+keep it, other ops to replace it, or `[]` after `replace(...)`-ing its results
+by values that dominate them. Nested regions are rewritten before the op that
+holds them is visited, and `enter`/`leave` bracket each region so a pass can
+keep scoped tables (a nested region may read enclosing values, never a
+sibling's).
+"""
+
+from __future__ import annotations
+
+from linnet.ir.core import Function, Op, Region, Value
+
+
+class Rewriter:
+    """Rebuilds regions op by op, applying value substitutions to operands and results."""
+
+    def __init__(self) -> None:
+        self.subst: dict[Value, Value] = {}
+        self.changed = False
+
+    def replace(self, old: Value, new: Value) -> None:
+        """Uses of `old` read `new` from now on (`new` must dominate every use of `old`)."""
+        if old.type != new.type:
+            raise AssertionError(f"replacing {old!r} by {new!r} changes its type")
+        self.subst[old] = new
+        self.changed = True
+
+    def get(self, value: Value) -> Value:
+        while value in self.subst:
+            value = self.subst[value]
+        return value
+
+    def visit(self, op: Op) -> list[Op]:
+        return [op]
+
+    def enter(self, region: Region, owner: Op | None) -> None:
+        """Called before the ops of `region` (held by `owner`, None for the body) are visited."""
+
+    def leave(self, region: Region, owner: Op | None) -> None:
+        """Called after the ops of `region` are visited."""
+
+    def region(self, region: Region, owner: Op | None = None) -> Region:
+        self.enter(region, owner)
+        ops: list[Op] = []
+        for op in region.ops:
+            regions = tuple(self.region(r, op) for r in op.regions)
+            operands = tuple(self.get(v) for v in op.operands)
+            if operands != op.operands or any(
+                new is not old for new, old in zip(regions, op.regions, strict=True)
+            ):
+                op = Op(op.kind, operands, op.results, dict(op.attrs), regions)
+            ops.extend(self.visit(op))
+        self.leave(region, owner)
+        results = tuple(self.get(v) for v in region.results)
+        if (
+            results == region.results
+            and len(ops) == len(region.ops)
+            and all(a is b for a, b in zip(ops, region.ops, strict=True))
+        ):
+            return region
+        return Region(region.args, ops, results)
+
+    def function(self, fn: Function) -> Function:
+        body = self.region(fn.body)
+        updates = {path: self.get(v) for path, v in fn.state_updates.items()}
+        if body is fn.body and all(updates[p] is v for p, v in fn.state_updates.items()):
+            return fn
+        return Function(fn.name, fn.inputs, body, body.results, updates)
