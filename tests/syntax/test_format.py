@@ -98,8 +98,11 @@ def spec_blocks() -> list[str]:
 
 
 def repository_files() -> list[Path]:
+    # Everything but hidden folders (.venv, .git).
     return sorted(
-        p for p in ROOT.rglob("*.linnet") if not any(part.startswith(".") for part in p.parts)
+        p
+        for p in ROOT.rglob("*.linnet")
+        if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)
     )
 
 
@@ -191,15 +194,18 @@ def test_comments_survive_in_random_combinations() -> None:
         " /* c{} */\n",
         "\n   /* c{} */ /* d{} */ // e{}\n",
         "\n\n\n/* c{}\n   more */\n\n",
+        " /* c{}\n   more */ ",
+        " /* c{}\n more */\n",
     )
-    source, _ = read_case(CASES / "expressions.case")
-    ends = scan(SourceFile("<input>", source)).ends[:-1]
-    for _ in range(60):
-        variant = source
-        for n, index in enumerate(sorted(rng.sample(range(len(ends)), 6), reverse=True)):
-            text = rng.choice(kinds).replace("{}", str(n))
-            variant = variant[: ends[index]] + text + variant[ends[index] :]
-        check_round_trip(variant)
+    for case in ("expressions", "trailing_commas", "comments_lists"):
+        source, _ = read_case(CASES / f"{case}.case")
+        ends = scan(SourceFile("<input>", source)).ends[:-1]
+        for _ in range(30):
+            variant = source
+            for n, index in enumerate(sorted(rng.sample(range(len(ends)), 6), reverse=True)):
+                text = rng.choice(kinds).replace("{}", str(n))
+                variant = variant[: ends[index]] + text + variant[ends[index] :]
+            check_round_trip(variant)
 
 
 def test_trailing_comment_forces_the_enclosing_list_to_break() -> None:

@@ -194,23 +194,25 @@ class _FilePrinter(ExprPrinter):
         if where is None:
             return " "
         c = self.c
+        before = c.flush()
         keyword = self.tok("where")
         relations = where.relations
         if len(relations) == 1:
             held = c.hold(relations[0].span.end)
             relation = self.expr(relations[0])
-            after = c.release(held)
-            return concat(HARDLINE, keyword, " ", relation, after, c.skip(","), " ")
+            # ` {` follows on the same line: a comment here ends that line.
+            after = c.release(held, breaks=False)
+            return concat(before, HARDLINE, keyword, " ", relation, after, c.skip(","), " ")
         lines: list[DocLike] = []
         for i, rel in enumerate(relations):
             c.newline()
-            lines.extend((HARDLINE, c.leading(rel.span.start)))
+            lines.extend((c.flush(), HARDLINE, c.leading(rel.span.start)))
             held = c.hold(rel.span.end)
             lines.extend((self.expr(rel), c.release(held)))
             if i < len(relations) - 1:
                 lines.append(self.tok(","))
         dropped = c.skip(",")  # a trailing comma, with its comments at the outer level
-        return concat(HARDLINE, keyword, indent(*lines), dropped, HARDLINE)
+        return concat(before, HARDLINE, keyword, indent(*lines), dropped, c.flush(), HARDLINE)
 
     def _fn(self, fn: ast.FnDecl) -> DocLike:
         parts: list[DocLike] = [

@@ -8,7 +8,7 @@ between the same two tokens it sat between in the source.
 The formatter prints the tokens of a file in source order; only commas change
 (trailing commas are added to broken lists and dropped from `where` clauses,
 generic argument lists, tuple types and patterns) and the parentheses around a
-type, which the tree does not keep. So every token the printer emits goes
+type, which the tree does not keep (see `skip`). So every token the printer emits goes
 through `CommentCursor.tok`, which advances a cursor over the source tokens and
 emits the comments met on the way:
 
@@ -52,6 +52,10 @@ from linnet.syntax.doc import (
 from linnet.syntax.lexer import scan
 from linnet.syntax.tokens import Comment
 
+# States of the output line in `CommentCursor.leading`: it ends with code; with
+# an own-line block comment (more comments can follow on it); with an own-line
+# `//` comment; or it is ended (no comment that followed code can go there).
+_CODE, _OPEN, _OWN_CLOSED, _CLOSED = range(4)
 OPENERS = frozenset(("(", "[", "{", "<"))
 CLOSERS = frozenset((")", "]", "}", ">"))
 # Tokens a broken line ends with (binary operators, list commas): a comment at the
@@ -59,9 +63,6 @@ CLOSERS = frozenset((")", "]", "}", ">"))
 _BREAK_AFTER = frozenset(
     (",", "||", "&&", "==", "!=", "<", "<=", ">", ">=", "|", "^", "&", "+", "-", "*", "/", "%")
 )
-# Source tokens the formatter may drop: trailing commas it removes, and the
-# parentheses around a parenthesised type, which the syntax tree does not keep.
-_DROPPABLE = frozenset((",", "(", ")"))
 
 
 def clean_comment(text: str) -> str:
@@ -82,6 +83,7 @@ class CommentCursor:
         "eol",
         "flat_depth",
         "floating",
+        "fresh",
         "held",
         "k",
         "next_comment",
@@ -103,6 +105,9 @@ class CommentCursor:
         # A comment printed as a line suffix at a break point waits for the
         # line break; no other comment may join it on that line (`tok_parts`).
         self.floating = False
+        # Own-line comments were printed since the last token: the output is at
+        # the start of a line, where a comment that followed code cannot go.
+        self.fresh = False
         if self.active:
             scanned = scan(source)
             self.texts, self.starts, self.ends = scanned.texts, scanned.starts, scanned.ends
@@ -136,7 +141,7 @@ class CommentCursor:
         while texts[k] != text:
             if text == ",":  # a trailing comma the formatter adds
                 return text, ""
-            if texts[k] in _DROPPABLE:
+            if texts[k] == ",":  # one it leaves out (`skip` keeps its comments)
                 k += 1
                 continue
             raise InternalError(
@@ -157,6 +162,7 @@ class CommentCursor:
         else:
             before = self.leading(self.starts[k], closer=text in CLOSERS)
         self.k = k + 1
+        self.fresh = False
         doc: DocLike = text if before == "" else Concat((before, text))
         if self.ends[k] in self.held:
             if text != ",":
@@ -178,13 +184,17 @@ class CommentCursor:
 
     def skip(self, text: str) -> DocLike:
         """Leave out the next source token if it is `text` (a trailing comma the
-        layout drops); its comments stay after the code before it."""
+        layout drops, a parenthesis around a type). Comments on its own lines
+        before it are printed here; those after code stay pending and follow
+        the last token printed, as they will once the output is reformatted."""
         if not self.active or self.texts[self.k] != text:
             return ""
-        before = self.leading(self.starts[self.k])
+        limit = self.starts[self.k]
+        before: DocLike = ""
+        if not self._only_line_ends_before(limit):
+            before = self.leading(limit, closer=self.texts[self.k + 1] in CLOSERS)
         self.k += 1
-        after = self._trailing(True)
-        return Concat((before, after))
+        return before
 
     def colons(self) -> DocLike:
         """`::` in a slice, written in the source as one `::` token or as `: :`."""
@@ -195,15 +205,19 @@ class CommentCursor:
     # ------------------------------------------------------------ comments
 
     def leading(self, limit: int, closer: bool = False) -> DocLike:
-        """Every comment not yet printed that starts before offset `limit`."""
+        """Every comment not yet printed that starts before offset `limit`
+        (the next token), except one that followed code which the layout left
+        out and that would now start a line: it follows the next token."""
         comments = self.comments
         i = self.next_comment
         if not self.active or i >= len(comments) or comments[i].span.start >= limit:
             return ""
         parts: list[DocLike] = []
         after_opener = self.k == 0 or self.texts[self.k - 1] in OPENERS
+        # What the current output line ends with: code, an own-line block
+        # comment (more comments may follow on the line), or nothing usable.
+        line = _CLOSED if self.fresh else _CODE
         own_line_seen = False
-        line_closed = False  # the last comment printed is a `//` comment
         while i < len(comments) and comments[i].span.start < limit:
             comment = comments[i]
             text = clean_comment(comment.text)
@@ -211,23 +225,28 @@ class CommentCursor:
                 self.floating = False
                 at_start = after_opener and not own_line_seen
                 blank = not at_start and self.blank_before(comment.span.start)
-                parts.append(BLANKLINE if blank else HARDLINE)
-                parts.append(text)
+                parts.extend((BLANKLINE if blank else HARDLINE, text))
                 own_line_seen = True
-            elif own_line_seen:
-                if line_closed:
-                    # Code between the two was dropped (a trailing comma): this
-                    # comment goes after the next token instead.
-                    break
+                line = _OWN_CLOSED if text.startswith("//") else _OPEN
+            elif line in (_CLOSED, _OWN_CLOSED):
+                break
+            elif line == _OPEN:
                 parts.append(" " + text)
+                line = _OWN_CLOSED if text.startswith("//") else _OPEN
             else:
-                parts.extend(self._after_code(i, text, False))
-            line_closed = text.startswith("//")
+                after_code = self._after_code(i, text, False)
+                parts.extend(after_code)
+                if after_code[-1] is HARDLINE:
+                    line = _CLOSED
             i += 1
         self.next_comment = i
-        if own_line_seen:
+        if line in (_OPEN, _OWN_CLOSED):
+            # The token goes on the next line, after a blank one if the source
+            # had it (but never right before a closing bracket).
             blank = not closer and limit < len(self.text) and self.blank_before(limit)
             parts.append(BLANKLINE if blank else HARDLINE)
+        if line != _CODE:
+            self.fresh = True
         return Concat(tuple(parts))
 
     def before_closer(self) -> DocLike:
@@ -250,18 +269,28 @@ class CommentCursor:
         self.held.add(end)
         return end
 
+    def flush(self) -> DocLike:
+        """Comments after code still waiting (they followed a token the layout
+        left out): printed now, before the printer starts a new line, so that
+        they stay after code."""
+        if not self.active or self.fresh:
+            return ""
+        return self._trailing(False, defer=False)
+
     def newline(self) -> None:
         """The printer starts a new line here (between statements, say)."""
         self.floating = False
 
-    def release(self, held: int | None) -> DocLike:
-        """The comments trailing the held token, printed after the whole element."""
+    def release(self, held: int | None, breaks: bool = True) -> DocLike:
+        """The comments trailing the held token, printed after the whole element.
+        `breaks`: the layout may break the line right after the element (the
+        next token is a list comma, or a line break comes first)."""
         if held is None:
             return ""
         self.held.discard(held)
         if self.k == 0 or self.ends[self.k - 1] != held:
             return ""
-        return self._trailing(True)
+        return self._trailing(breaks)
 
     def any_within(self, start: int, end: int) -> bool:
         """Whether a comment starts inside `[start, end)` (a body or list that
@@ -291,13 +320,14 @@ class CommentCursor:
 
     # ------------------------------------------------------------ helpers
 
-    def _trailing(self, breaks: bool) -> DocLike:
+    def _trailing(self, breaks: bool, defer: bool = True) -> DocLike:
         """Comments after the token just printed and on the same line as code."""
         comments = self.comments
         i = self.next_comment
         limit = self.starts[self.k] if self.k < len(self.starts) else len(self.text) + 1
         if (
-            not breaks
+            defer
+            and not breaks
             and self.texts[self.k] in _BREAK_AFTER
             and self._only_line_ends_before(limit)
         ):
@@ -328,9 +358,7 @@ class CommentCursor:
         forces the enclosing group to break (the line ends right there); after
         other tokens a line comment ends the output line itself, so it can
         neither move nor have code or another comment joined after it."""
-        # `f(/* none */)`, but `( // note`: one space after other code.
-        glued = text.startswith("/*") and self.k > 0 and self.texts[self.k - 1] in OPENERS
-        spaced = text if glued else " " + text
+        spaced = " " + text
         if not self.eol[index]:
             if self.floating:  # keep the order of the comments
                 return [line_suffix(spaced)]

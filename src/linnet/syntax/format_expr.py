@@ -114,8 +114,10 @@ class ExprPrinter:
     ) -> DocLike:
         """A breakable list (section 17): flat if it fits, else one element per
         line. `comma` says how the last element ends: "added" when broken,
-        "always" (`(a,)`), or "none" (`some(x)`)."""
+        "always" (`(a,)`), or "none" (`some(x)`). Inside a type or generic
+        argument list, which never break, a trailing comma does not expand it."""
         c = self.c
+        expanded = expanded and not c.flat_depth
         opener = self.tok(open_, breaks=True)
         if not elems:
             # Only comments inside: on their own lines unless they are inline.
@@ -136,8 +138,10 @@ class ExprPrinter:
             elif comma == "always":
                 parts.append(self.tok(",", breaks=True))
             elif comma == "added":
+                # The comma shows only when the list breaks; comments never hide.
+                lead = c.leading(c.starts[c.k]) if c.active and c.texts[c.k] == "," else ""
                 before, after = c.tok_parts(",", breaks=True)
-                parts.extend((if_break(before), after))
+                parts.extend((lead, if_break(before), after))
         parts.append(c.before_closer())
         closer, after = c.tok_parts(close)
         body = group(opener, indent(Concat(tuple(parts))), SOFTLINE, closer, broken=expanded)
@@ -168,7 +172,7 @@ class ExprPrinter:
                 parts.append(c.leading(start))
             held = c.hold(elem.span.end)
             parts.append(print_elem(elem))
-            parts.append(c.release(held))
+            parts.extend((c.release(held), c.flush()))
         return parts
 
     def braced(
@@ -391,10 +395,20 @@ class ExprPrinter:
         printer = self._types.get(type(t))
         if printer is None:
             raise InternalError(f"formatter: unexpected type node {type(t).__name__}")
-        self.c.flat_depth += 1
-        doc = printer(t)
-        self.c.flat_depth -= 1
-        return flat(doc)
+        c = self.c
+        c.flat_depth += 1
+        # `(T)` is just `T` (section 3.2): the tree keeps no parentheses around
+        # a type, so they are left out, their comments kept.
+        parens = 0
+        dropped: list[DocLike] = []
+        while c.active and c.texts[c.k] == "(" and c.starts[c.k] < t.span.start:
+            dropped.append(c.skip("("))
+            parens += 1
+        dropped.append(printer(t))
+        for _ in range(parens):
+            dropped.append(c.skip(")"))
+        c.flat_depth -= 1
+        return flat(Concat(tuple(dropped)))
 
     def _named_type(self, t: ast.NamedType) -> DocLike:
         parts: list[DocLike] = []
