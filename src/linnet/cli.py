@@ -1,4 +1,4 @@
-"""The `linnet` command (language.md 18): check, lint, fmt, inspect, init, spec-test.
+"""The `linnet` command (language.md 18): check, lint, fmt, inspect, plan, torch, init, spec-test.
 
 Stage: the outermost shell. In: a command line. Out: text on stdout/stderr
 and an exit status:
@@ -13,7 +13,8 @@ and an exit status:
 
 Global options work anywhere before `--`: `--no-color`, `-h`/`--help` (also the
 command `help`), `-V`/`--version`. Options take their value as `--std DIR` or
-`--std=DIR`; `--` ends the options.
+`--std=DIR`; `--` ends the options. `--bind G=V` may be repeated (18.3: `H=64`,
+packs `S=2,3`, the empty pack `S=`, dtypes `T=f32`).
 
 Every command imports what it needs when it runs, so `linnet check` never
 loads NumPy or a framework and starts about as fast as the interpreter.
@@ -26,10 +27,13 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from linnet import __version__
 from linnet.errors import LinnetError
+
+if TYPE_CHECKING:
+    from linnet.target import Target
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -45,6 +49,12 @@ commands:
   fmt PATH... | fmt --check PATH... | fmt -        format files in place, check them, or stdin
   inspect --parameters [--json] [--std DIR] FILE  the parameter manifest of each block in FILE
   inspect --tokens FILE | inspect --ast FILE       debugging views of the lexer and the parser
+  inspect --ir [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
+          [--no-optimize] [--std DIR] FILE         the Core IR of one entry, every generic bound
+  plan [--root BLOCK] [--numerics exact|equivalent] [--no-optimize] [--std DIR] FILE
+                                                   the plan JSON of the root block
+  torch [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
+          [--std DIR] FILE                         the PyTorch source generated for one entry
   init [DIR]                                       create a package (linnet.toml, src/lib.linnet)
   spec-test [--std DIR] DIR                        run a conformance directory
 
@@ -62,14 +72,19 @@ class UsageError(Exception):
 
 
 class Invocation:
-    """A parsed command line: the command, its flags, valued options and operands."""
+    """A parsed command line: the command, its flags, valued options and operands.
 
-    __slots__ = ("color", "command", "flags", "operands", "values")
+    `values` keeps the last value of each option; `lists` every value of the
+    options a command allows more than once (`--bind`).
+    """
+
+    __slots__ = ("color", "command", "flags", "lists", "operands", "values")
 
     def __init__(self, command: str) -> None:
         self.command = command
         self.flags: set[str] = set()
         self.values: dict[str, str] = {}
+        self.lists: dict[str, list[str]] = {}
         self.operands: list[str] = []
         self.color = True
 
@@ -80,19 +95,21 @@ class Invocation:
 
 
 class CommandSpec:
-    """A command's function, its flags and its options that take a value."""
+    """A command's function, its flags, its options that take a value, and which repeat."""
 
-    __slots__ = ("flags", "run", "valued")
+    __slots__ = ("flags", "repeated", "run", "valued")
 
     def __init__(
         self,
         run: Callable[[Invocation], int],
         flags: frozenset[str] = frozenset(),
         valued: frozenset[str] = frozenset(),
+        repeated: frozenset[str] = frozenset(),
     ) -> None:
         self.run = run
         self.flags = flags
-        self.valued = valued
+        self.valued = valued | repeated
+        self.repeated = repeated
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -165,6 +182,8 @@ def _parse(command: str, args: list[str], spec: CommandSpec) -> Invocation:
             if not value:
                 raise UsageError(f"option `{name}` needs a value")
             invocation.values[name] = value
+            if name in spec.repeated:
+                invocation.lists.setdefault(name, []).append(value)
         else:
             raise UsageError(f"unknown option `{arg}` for `{command}`")
     return invocation
@@ -193,20 +212,27 @@ def _run_check(invocation: Invocation) -> int:
 
 # -- inspect ---------------------------------------------------------------------------
 
-_VIEWS = ("--parameters", "--tokens", "--ast")
+_VIEWS = ("--parameters", "--tokens", "--ast", "--ir")
+# Options that only `inspect --ir` (and `torch`) understand.
+_IR_ONLY = ("--entry", "--bind", "--root", "--optionals", "--no-optimize")
 
 
 def _run_inspect(invocation: Invocation) -> int:
     views = [v for v in _VIEWS if v in invocation.flags]
     if len(views) != 1:
-        raise UsageError("`inspect` needs exactly one of --parameters, --tokens, --ast")
+        raise UsageError("`inspect` needs exactly one of --parameters, --tokens, --ast, --ir")
     if "--json" in invocation.flags and views[0] != "--parameters":
         raise UsageError("`--json` is only valid with `inspect --parameters`")
-    if len(invocation.operands) != 1:
-        raise UsageError("`inspect` takes exactly one file")
-    path = Path(invocation.operands[0])
-    if path.is_dir():
-        raise LinnetError(f"`{path}` is a directory; `inspect` takes one file")
+    if views[0] != "--ir":
+        for option in _IR_ONLY:
+            if option in invocation.values or option in invocation.flags:
+                raise UsageError(f"`{option}` is only valid with `inspect --ir`")
+    path = _one_file(invocation, "`inspect` takes exactly one file")
+    if views[0] == "--ir":
+        from linnet.commands.compile import show_ir
+
+        optimize = "--no-optimize" not in invocation.flags
+        return show_ir(path, _target(invocation), optimize, _color_for(sys.stderr, invocation))
     from linnet.commands.inspect import show_ast, show_parameters, show_tokens
 
     if views[0] == "--parameters":
@@ -214,6 +240,80 @@ def _run_inspect(invocation: Invocation) -> int:
                                _color_for(sys.stderr, invocation))
     show = show_tokens if views[0] == "--tokens" else show_ast
     return show(path, _color_for(sys.stderr, invocation))
+
+
+def _one_file(invocation: Invocation, message: str) -> Path:
+    if len(invocation.operands) != 1:
+        raise UsageError(message)
+    path = Path(invocation.operands[0])
+    if path.is_dir():
+        raise LinnetError(f"`{path}` is a directory; `{invocation.command}` takes one file")
+    return path
+
+
+def _target(invocation: Invocation) -> Target:
+    """What to compile: the root block, the entry, `--bind` values and optional members."""
+    from linnet.target import Target
+
+    optionals = invocation.values.get("--optionals", "present")
+    if optionals not in ("present", "absent"):
+        raise UsageError(f"`--optionals` takes `present` or `absent`, not `{optionals}`")
+    return Target(
+        root=invocation.values.get("--root"),
+        entry=invocation.values.get("--entry"),
+        generics=parse_binds(invocation.lists.get("--bind", [])),
+        optionals_present=optionals == "present",
+        std=invocation.std,
+    )
+
+
+def parse_binds(binds: Sequence[str]) -> dict[str, str]:
+    """`--bind G=V` values (18.3): `H=64`, packs `S=2,3`, the empty pack `S=`, dtypes `T=f32`.
+
+    Values stay text here; binding parses them against each generic's kind.
+    """
+    out: dict[str, str] = {}
+    for bind in binds:
+        name, has_value, value = bind.partition("=")
+        name = name.strip()
+        if not has_value or not name.isidentifier():
+            raise UsageError(f"`--bind {bind}` is not of the form G=VALUE")
+        if name in out:
+            raise UsageError(f"`--bind` gives `{name}` twice")
+        out[name] = value.strip()
+    return out
+
+
+# -- plan ------------------------------------------------------------------------------
+
+NUMERICS = ("exact", "equivalent")
+
+
+def _run_plan(invocation: Invocation) -> int:
+    from linnet.commands.plan import show_plan
+
+    path = _one_file(invocation, "`plan` takes exactly one file")
+    numerics = invocation.values.get("--numerics", "equivalent")
+    if numerics not in NUMERICS:
+        raise UsageError(f"`--numerics` takes `exact` or `equivalent`, not `{numerics}`")
+    return show_plan(
+        path,
+        invocation.std,
+        invocation.values.get("--root"),
+        numerics,
+        "--no-optimize" not in invocation.flags,
+        _color_for(sys.stderr, invocation),
+    )
+
+
+# -- torch -----------------------------------------------------------------------------
+
+
+def _run_torch(invocation: Invocation) -> int:
+    from linnet.commands.compile import show_torch
+
+    path = _one_file(invocation, "`torch` takes exactly one file")
+    return show_torch(path, _target(invocation), _color_for(sys.stderr, invocation))
 
 
 # -- fmt -------------------------------------------------------------------------------
@@ -271,7 +371,18 @@ _COMMANDS: dict[str, CommandSpec] = {
     "lint": CommandSpec(_run_check, frozenset({"--strict", "--json"}), frozenset({"--std"})),
     "fmt": CommandSpec(_run_fmt, frozenset({"--check"})),
     "inspect": CommandSpec(
-        _run_inspect, frozenset({*_VIEWS, "--json"}), frozenset({"--std"})
+        _run_inspect,
+        frozenset({*_VIEWS, "--json", "--no-optimize"}),
+        frozenset({"--std", "--entry", "--root", "--optionals"}),
+        frozenset({"--bind"}),
+    ),
+    "plan": CommandSpec(
+        _run_plan, frozenset({"--no-optimize"}), frozenset({"--std", "--root", "--numerics"})
+    ),
+    "torch": CommandSpec(
+        _run_torch,
+        valued=frozenset({"--std", "--entry", "--root", "--optionals"}),
+        repeated=frozenset({"--bind"}),
     ),
     "init": CommandSpec(_run_init),
     "spec-test": CommandSpec(_run_spec_test, valued=frozenset({"--std"})),

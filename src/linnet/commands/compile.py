@@ -1,0 +1,60 @@
+"""`linnet inspect --ir` and `linnet torch`: one entry compiled with every generic bound (18.3).
+
+Both check the file first (a program with errors prints its diagnostics and
+exits 1), then run bind -> lower -> optimize (`linnet.pipeline.compile_entry`)
+for the chosen root and entry. `inspect --ir` prints the Core IR text of
+`linnet.ir.printer`; `torch` prints the Python source that `linnet.torch`'s
+code generator builds for it (torch is imported only by that command).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from linnet.diagnostics import render_human
+from linnet.errors import LinnetError
+
+if TYPE_CHECKING:
+    from linnet.pipeline import Compiled
+    from linnet.target import Target
+
+
+def show_ir(path: Path, target: Target, optimize: bool, color: bool) -> int:
+    """Print the Core IR of the target entry; exit status 1 on errors in the source."""
+    from linnet.ir.printer import print_function
+
+    compiled = _compile(path, target, optimize, color)
+    if compiled is None:
+        return 1
+    sys.stdout.write(print_function(compiled.function))
+    return 0
+
+
+def show_torch(path: Path, target: Target, color: bool) -> int:
+    """Print the PyTorch source generated for the target entry (weights hoisted)."""
+    compiled = _compile(path, target, True, color)
+    if compiled is None:
+        return 1
+    try:
+        import torch
+    except ImportError:
+        raise LinnetError(
+            "`linnet torch` needs PyTorch: install it with `pip install 'linnet-lang[torch]'`"
+        ) from None
+    from linnet.torch.codegen import generate
+
+    generated = generate(compiled.function, torch.device("cpu"), hoist_weights=True)
+    sys.stdout.write(generated.source)
+    return 0
+
+
+def _compile(path: Path, target: Target, optimize: bool, color: bool) -> Compiled | None:
+    from linnet.pipeline import check_paths, compile_entry
+
+    program = check_paths([path], target.std)
+    if program.has_errors:
+        sys.stderr.write(render_human(program.diagnostics, color=color))
+        return None
+    return compile_entry(program, target, optimized=optimize)
