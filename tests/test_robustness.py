@@ -8,6 +8,7 @@ The default run is derandomized so CI is stable; `-m slow` runs many more.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ FAST = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 SLOW = settings(
-    max_examples=4000,
+    max_examples=int(os.environ.get("LINNET_FUZZ_EXAMPLES", "4000")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
