@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: venv
-	$(PY) -m ruff check src tests bench
+	$(PY) -m ruff check src tests bench examples
 	$(PY) -m mypy
 
 test: lint
@@ -25,9 +25,10 @@ test: lint
 test-slow: venv
 	$(PY) -m pytest -q -m slow
 
+# The Llama example: check it, write seeded random weights, prefill a prompt and
+# decode 16 greedy tokens over the KV cache with linnet.torch; prints tokens and timings.
 demo: venv
-	$(VENV)/bin/linnet check examples/tiny/src/lib.linnet
-	$(VENV)/bin/linnet inspect --parameters examples/tiny/src/lib.linnet
+	$(PY) examples/01-llama/demo.py
 
 bench: venv
 	$(PY) bench/frontend.py

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from plan_eval import Materializer
 
 from linnet.pipeline import check_paths
 from linnet.plan import build_plan
-from plan_eval import Materializer
 
 VALID = Path(__file__).resolve().parent / "conformance" / "valid"
 RNG = np.random.default_rng(7)

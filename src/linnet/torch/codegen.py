@@ -1,0 +1,612 @@
+"""Core IR function -> straight-line PyTorch source (`compile=True`).
+
+Stage: backend. Input: a lowered, optimised `Function` (static shapes), a
+device, and whether weight-derived values may be hoisted. Output: `Generated`:
+the Python source of two functions and the compiled callables.
+
+    def prologue(W):           # constants, shapes and (if allowed) weights only
+        ...                    # run once per weight version, its results cached
+        return (...)
+    def entry(W, S, H, x, ...):   # W weights by path, S state by path, H the prologue's results
+        ...
+        return [results], {state path: new value}
+
+Every op becomes one assignment. The common cases are spelled inline with
+torch calls (`F.linear`, `torch.matmul`, `x.reshape(...)`, operators); rarer
+ones (guarded integer division, emulated unsigned dtypes, gathers) call the
+very kernel object the interpreted runner uses, bound as a global `_k<n>`, so
+the two paths share one semantics. Constants that are not inlined as Python
+literals are globals `_c<n>` (iotas `_iota<n>`). `call` ops of known
+standard-library ops become native kernels (`linnet.torch.natives`); the
+others are inlined with a comment naming the op. `while` and `if` become
+Python loops and branches. Each intermediate is deleted after its last use
+(`del`), as eager code drops it, so the allocator can reuse its memory.
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from linnet.ir.core import Function, Op, Region, Value
+from linnet.records import record
+from linnet.torch import natives as natives_module
+from linnet.torch import ops as ops_module
+from linnet.torch.analysis import Hoisting, free_values, hoist, walk, weights_key
+from linnet.torch.dtypes import EMULATED, FLOATS, MASKED, storage, to_torch
+from linnet.torch.natives import find_native
+from linnet.torch.ops import Context, ContractPlan, contract_plan, ints, make_kernel
+
+Entry = Callable[..., tuple[list[torch.Tensor], dict[str, torch.Tensor]]]
+Prologue = Callable[[Any], tuple[torch.Tensor, ...]]
+
+_OPERATORS = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "eq": "==",
+    "ne": "!=",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "and": "&",
+    "or": "|",
+    "xor": "^",
+}
+_TORCH_BINARY = {
+    "max": "torch.maximum",
+    "min": "torch.minimum",
+    "shl": "torch.bitwise_left_shift",
+    "shr": "torch.bitwise_right_shift",
+}
+_TORCH_UNARY = {
+    "exp": "torch.exp",
+    "log": "torch.log",
+    "sqrt": "torch.sqrt",
+    "rsqrt": "torch.rsqrt",
+    "sin": "torch.sin",
+    "cos": "torch.cos",
+    "tanh": "torch.tanh",
+    "neg": "torch.neg",
+    "not": "torch.bitwise_not",
+}
+_INLINE_SCALAR_OK = frozenset({"add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge"})
+
+
+def torch_dtype(dtype: str) -> str:
+    """`torch.float32` for `f32` (the storage dtype, see `linnet.torch.dtypes`)."""
+    return "torch." + str(storage(dtype)).removeprefix("torch.")
+
+
+def literal(value: object) -> str:
+    """A Python literal for a scalar (`float('inf')` where repr is not a literal)."""
+    if isinstance(value, bool | np.bool_):
+        return "True" if value else "False"
+    if isinstance(value, float | np.floating):
+        number = float(value)
+        if math.isnan(number):
+            return "float('nan')"
+        if math.isinf(number):
+            return "float('inf')" if number > 0 else "float('-inf')"
+        return repr(number)
+    return repr(int(value))  # type: ignore[call-overload]
+
+
+def _shape(shape: Sequence[int]) -> str:
+    items = ", ".join(str(d) for d in shape)
+    return f"({items},)" if len(shape) == 1 else f"({items})"
+
+
+@record
+class Generated:
+    """Generated source and its compiled functions for one entry and input types."""
+
+    source: str
+    entry: Entry
+    prologue: Prologue | None
+    hoisting: Hoisting
+
+
+class _Namer:
+    """Readable, unique Python names for values (`x`, `layers_0_q_weight`, `v12`)."""
+
+    def __init__(self) -> None:
+        self.names: dict[Value, str] = {}
+        # Module names and builtins the generated code uses; globals start with "_",
+        # which `fresh` never produces.
+        self.taken: set[str] = {"torch", "F", "ops", "natives", "W", "S", "H", "DEVICE",
+                                "bool", "float"}  # fmt: skip
+        self.count = 0
+
+    def __call__(self, value: Value) -> str:
+        found = self.names.get(value)
+        if found is None:
+            found = self.names[value] = self.fresh(value.name)
+        return found
+
+    def fresh(self, hint: str = "") -> str:
+        base = re.sub(r"\W+", "_", hint).strip("_")
+        if not base or not base.isidentifier() or keyword.iskeyword(base) or base[0].isdigit():
+            self.count += 1
+            base = f"v{self.count}"
+        name, n = base, 1
+        while name in self.taken:
+            n += 1
+            name = f"{base}_{n}"
+        self.taken.add(name)
+        return name
+
+
+class _Emitter:
+    """Writes the lines of one Python function from IR regions."""
+
+    def __init__(self, context: Context, namer: _Namer, globals_: dict[str, Any], natives: bool):
+        self.context = context
+        self.name = namer
+        self.globals = globals_
+        self.natives = natives
+        self.lines: list[str] = []
+        self.depth = 1
+        self.spans: list[tuple[Op, int, int]] | None = None  # top-level ops and their lines
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def bind_global(self, prefix: str, value: object) -> str:
+        name = f"_{prefix}{len(self.globals)}"
+        self.globals[name] = value
+        return name
+
+    def operand(self, value: Value, allow_literal: bool = False) -> str:
+        """A value's name, or a literal for a rank-0 constant where the op allows it."""
+        known = self.context.known(value)
+        if allow_literal and known is not None and value.type.rank == 0:
+            dtype = value.type.dtype
+            if dtype not in EMULATED:
+                return literal(known.item() if dtype != "bf16" else float(known))
+        return self.name(value)
+
+    def assign(self, op: Op, expression: str, comment: str = "") -> None:
+        target = ", ".join(self.name(v) for v in op.results)
+        suffix = f"  # {comment}" if comment else ""
+        self.line(f"{target} = {expression}{suffix}")
+
+    def fallback(self, op: Op, why: str) -> None:
+        """Call the runner's kernel for this op (shared semantics for the rare cases)."""
+        kernel = self.bind_global("k", make_kernel(op, self.context))
+        args = ", ".join(self.name(v) for v in op.operands)
+        self.assign(op, f"{kernel}({args})", f"{op.kind} {why}")
+
+    # -- regions ---------------------------------------------------------------------
+
+    def region(self, region: Region, skip: set[int] | None = None) -> None:
+        for op in region.ops:
+            if op.kind in ("const", "iota") or (skip is not None and id(op) in skip):
+                continue
+            record = self.spans is not None and self.depth == 1 and not self._inlined(op)
+            start = len(self.lines)
+            self.op(op)
+            if record and self.spans is not None:
+                self.spans.append((op, start, len(self.lines)))
+
+    def _inlined(self, op: Op) -> bool:
+        """Whether `op` is a call whose body is written out in place (no native kernel)."""
+        return op.kind == "call" and (not self.natives or find_native(op, self.context) is None)
+
+    def release_dead(self, keep: set[str]) -> None:
+        """Insert `del` after each top-level value's last use (straight-line code only).
+
+        Holding every intermediate until the function returns keeps the allocator
+        from reusing their memory; eager code drops them as it goes.
+        """
+        assert self.spans is not None
+        names = self.name.names
+        last: dict[str, int] = {}
+        for index, (op, _, _) in enumerate(self.spans):
+            for value in op.results if op.kind not in ("param", "buffer", "state") else ():
+                name = names.get(value)
+                if name is not None:
+                    last.setdefault(name, index)
+            for value in free_values(op):
+                name = names.get(value)
+                if name is not None and name in last:
+                    last[name] = index
+        after: dict[int, list[str]] = {}
+        for name, index in last.items():
+            if name not in keep and name not in self.globals:
+                after.setdefault(self.spans[index][2], []).append(name)
+        lines: list[str] = []
+        for position, text in enumerate(self.lines):
+            lines.append(text)
+            dropped = after.get(position + 1)
+            if dropped:
+                lines.append("    " + f"del {', '.join(dropped)}")
+        self.lines = lines
+
+    def op(self, op: Op) -> None:
+        handler = getattr(self, f"emit_{op.kind}", None)
+        if handler is None:
+            if op.kind in _OPERATORS or op.kind in _TORCH_BINARY or op.kind in ("div", "rem"):
+                self.emit_binary(op)
+            elif op.kind in _TORCH_UNARY or op.kind == "abs":
+                self.emit_unary(op)
+            else:
+                self.fallback(op, "")
+            return
+        handler(op)
+
+    # -- sources ---------------------------------------------------------------------
+
+    def emit_const(self, op: Op) -> None:
+        value = op.attrs["value"]
+        assert isinstance(value, np.ndarray)
+        tensor = to_torch(value, op.results[0].type.dtype, self.context.device)
+        name = self.bind_global("c", tensor)
+        self.name.names[op.results[0]] = name
+        self.name.taken.add(name)
+
+    def emit_iota(self, op: Op) -> None:
+        t = op.results[0].type
+        tensor = torch.arange(t.shape[0], dtype=storage(t.dtype), device=self.context.device)
+        name = self.bind_global("iota", tensor)
+        self.name.names[op.results[0]] = name
+        self.name.taken.add(name)
+
+    def emit_param(self, op: Op) -> None:
+        self.assign(op, f"W[{str(op.attrs['path'])!r}]")
+
+    emit_buffer = emit_param
+
+    def emit_state(self, op: Op) -> None:
+        self.assign(op, f"S[{str(op.attrs['path'])!r}]")
+
+    # -- elementwise -----------------------------------------------------------------
+
+    def emit_cast(self, op: Op) -> None:
+        source, target = op.operands[0].type.dtype, op.results[0].type.dtype
+        x = self.name(op.operands[0])
+        if source == target:
+            self.assign(op, x)
+        elif source in EMULATED or target in EMULATED:
+            self.fallback(op, f"{source} -> {target}")
+        elif source in FLOATS and target not in FLOATS and target not in ("bool", "i64"):
+            self.assign(op, f"{x}.to(torch.int64).to({torch_dtype(target)})")
+        else:
+            self.assign(op, f"{x}.to({torch_dtype(target)})")
+
+    def emit_unary(self, op: Op) -> None:
+        dtype = op.operands[0].type.dtype
+        x = self.name(op.operands[0])
+        if op.kind == "abs":
+            self.assign(op, x if dtype.startswith("u") else f"torch.abs({x})")
+        elif dtype in MASKED and op.kind in ("neg", "not"):
+            self.fallback(op, dtype)
+        else:
+            self.assign(op, f"{_TORCH_UNARY[op.kind]}({x})")
+
+    def emit_binary(self, op: Op) -> None:
+        kind, dtype = op.kind, op.operands[0].type.dtype
+        emulated = dtype in EMULATED
+        if emulated and (kind in ("div", "rem", "max", "min", "shr", "lt", "le", "gt", "ge")):
+            self.fallback(op, dtype)
+            return
+        if kind in ("div", "rem") and dtype not in FLOATS:
+            divisor = self.context.known(op.operands[1])
+            if divisor is None or np.any(divisor == 0) or np.any(divisor == -1):
+                self.fallback(op, f"{dtype} (guarded)")
+                return
+        scalars = kind in _INLINE_SCALAR_OK and not emulated
+        left, right = op.operands
+        left_first = kind in ("add", "sub", "mul") or (kind == "div" and dtype in FLOATS)
+        a = self.operand(left, scalars and left_first and self.context.known(right) is None)
+        b = self.operand(right, scalars and a == self.name(left))
+        if kind == "div":
+            expr = (
+                f"{a} / {b}" if dtype in FLOATS else f"torch.div({a}, {b}, rounding_mode='trunc')"
+            )
+        elif kind == "rem":
+            expr = f"torch.fmod({a}, {b})"
+        elif kind in _OPERATORS:
+            expr = f"{a} {_OPERATORS[kind]} {b}"
+        else:
+            expr = f"{_TORCH_BINARY[kind]}({a}, {b})"
+        if dtype in MASKED and kind in ("add", "sub", "mul", "shl"):
+            expr = f"torch.bitwise_and({expr}, {MASKED[dtype]})"
+        self.assign(op, expr)
+
+    def emit_select(self, op: Op) -> None:
+        c, a, b = op.operands
+        both_literal = self.context.known(a) is not None and self.context.known(b) is not None
+        a_name = self.operand(a, not both_literal and a.type.dtype not in EMULATED)
+        b_name = self.operand(b, a_name == self.name(a) and b.type.dtype not in EMULATED)
+        self.assign(op, f"torch.where({self.name(c)}, {a_name}, {b_name})")
+
+    # -- shape ops -------------------------------------------------------------------
+
+    def emit_broadcast(self, op: Op) -> None:
+        x = self.name(op.operands[0])
+        self.assign(op, f"{x}.expand({_shape(ints(op, 'shape'))})")
+
+    def emit_reshape(self, op: Op) -> None:
+        x = self.name(op.operands[0])
+        self.assign(op, f"{x}.reshape({_shape(ints(op, 'shape'))})")
+
+    def emit_permute(self, op: Op) -> None:
+        x = self.name(op.operands[0])
+        self.assign(op, f"{x}.permute({_shape(ints(op, 'perm'))})")
+
+    def emit_slice(self, op: Op) -> None:
+        x = self.name(op.operands[0])
+        shape = op.operands[0].type.shape
+        parts = []
+        for dim, start, stop, step in zip(
+            shape, ints(op, "start"), ints(op, "stop"), ints(op, "step"), strict=True
+        ):
+            text = ("" if start == 0 else str(start)) + ":" + ("" if stop >= dim else str(stop))
+            parts.append(text + (f":{step}" if step != 1 else ""))
+        while parts and parts[-1] == ":":
+            parts.pop()
+        self.assign(op, f"{x}[{', '.join(parts)}]" if parts else x)
+
+    def emit_concat(self, op: Op) -> None:
+        xs = ", ".join(self.name(v) for v in op.operands)
+        self.assign(op, f"torch.cat(({xs},), dim={op.attrs['axis']})")
+
+    def emit_gather(self, op: Op) -> None:
+        x, i = (self.name(v) for v in op.operands)
+        self.assign(op, f"ops.gather({x}, {i}, {op.attrs['axis']})")
+
+    def emit_take(self, op: Op) -> None:
+        x, *indices = (self.name(v) for v in op.operands)
+        if not indices:
+            self.assign(op, x)
+            return
+        longs = ", ".join(f"{i}.long()" for i in indices)
+        self.assign(op, f"{x}[{longs},]")
+
+    # -- reductions and contraction ------------------------------------------------------
+
+    def emit_reduce(self, op: Op) -> None:
+        t = op.operands[0].type
+        kind = str(op.attrs["kind"])
+        axes = ints(op, "axes")
+        x = self.name(op.operands[0])
+        if not axes:
+            self.assign(op, x)
+        elif (
+            t.dtype in EMULATED
+            or any(t.shape[a] == 0 for a in axes)
+            or (kind == "prod" and len(axes) > 1)
+        ):
+            self.fallback(op, kind)
+        elif kind in ("sum", "prod"):
+            dim = _shape(axes) if kind == "sum" else str(axes[0])
+            self.assign(op, f"torch.{kind}({x}, dim={dim}, dtype={torch_dtype(t.dtype)})")
+        else:
+            name = {
+                "max": "torch.amax",
+                "min": "torch.amin",
+                "any": "torch.any",
+                "all": "torch.all",
+            }
+            self.assign(op, f"{name[kind]}({x}, dim={_shape(axes)})")
+
+    def emit_contract(self, op: Op) -> None:
+        dtype = op.operands[0].type.dtype
+        if dtype not in FLOATS:
+            self.fallback(op, dtype)
+            return
+        plan = contract_plan(op)
+        x, y = (self.name(v) for v in op.operands)
+        linear = _as_linear(op, plan)
+        if linear:
+            self.assign(op, f"F.linear({x}, {y})")
+            return
+        lhs = _prepare(
+            x, plan.lhs_perm, plan.identity_lhs, plan.lhs_flat, op.operands[0].type.shape
+        )
+        rhs = _prepare(
+            y, plan.rhs_perm, plan.identity_rhs, plan.rhs_flat, op.operands[1].type.shape
+        )
+        product = f"torch.matmul({lhs}, {rhs})"
+        if tuple(plan.out_shape) != (*plan.lhs_flat[:-1], plan.rhs_flat[-1]):
+            product += f".reshape({_shape(plan.out_shape)})"
+        self.assign(op, product)
+
+    # -- control flow and calls ----------------------------------------------------------
+
+    def emit_while(self, op: Op) -> None:
+        cond, body = op.regions
+        carried = [self.name.fresh("carried") for _ in op.operands]
+        if carried:
+            self.line(f"{', '.join(carried)} = {', '.join(self.name(v) for v in op.operands)}")
+        self.line("while True:")
+        self.depth += 1
+        self._bind_args(cond.args, carried)
+        self.region(cond)
+        self.line(f"if not bool({self.name(cond.results[0])}):")
+        self.line("    break")
+        self._bind_args(body.args, carried)
+        self.region(body)
+        if carried:
+            self.line(f"{', '.join(carried)} = {', '.join(self.name(v) for v in body.results)}")
+        self.depth -= 1
+        if op.results:
+            self.assign(op, ", ".join(carried))
+
+    def _bind_args(self, args: Sequence[Value], names: Sequence[str]) -> None:
+        if args:
+            self.line(f"{', '.join(self.name(v) for v in args)} = {', '.join(names)}")
+
+    def emit_if(self, op: Op) -> None:
+        then, otherwise = op.regions
+        self.line(f"if bool({self.name(op.operands[0])}):")
+        for branch in (then, otherwise):
+            self.depth += 1
+            self.region(branch)
+            if op.results:
+                self.assign(op, ", ".join(self.name(v) for v in branch.results))
+            else:
+                self.line("pass")
+            self.depth -= 1
+            if branch is then:
+                self.line("else:")
+
+    def emit_call(self, op: Op) -> None:
+        callee = str(op.attrs["callee"])
+        native = find_native(op, self.context) if self.natives else None
+        if native is not None:
+            args = [self.name(v) for v in op.operands]
+            self.assign(op, native.source(args), f"{callee} (native)")
+            return
+        (body,) = op.regions
+        self.line(f"# {callee}")
+        # Region values are SSA: arguments and results alias the caller's names.
+        for arg, operand in zip(body.args, op.operands, strict=True):
+            self.name.names[arg] = self.name(operand)
+        self.region(body)
+        for result, value in zip(op.results, body.results, strict=True):
+            if result in self.name.names:
+                self.line(f"{self.name(result)} = {self.name(value)}")
+            else:
+                self.name.names[result] = self.name(value)
+
+
+def _as_linear(op: Op, plan: ContractPlan) -> bool:
+    """Whether a contract is `x[..., K] . w[N, K]`, which `F.linear` computes directly."""
+    lhs, rhs = (v.type for v in op.operands)
+    attrs = {k: ints(op, k) for k in ("lhs_batch", "rhs_batch", "lhs_contract", "rhs_contract")}
+    return (
+        not attrs["lhs_batch"]
+        and rhs.rank == 2
+        and lhs.rank >= 1
+        and attrs["lhs_contract"] == (lhs.rank - 1,)
+        and attrs["rhs_contract"] == (1,)
+    )
+
+
+def _prepare(
+    name: str, perm: tuple[int, ...], identity: bool, flat: tuple[int, ...], shape: Sequence[int]
+) -> str:
+    text = name
+    current = tuple(shape)
+    if not identity:
+        text += f".permute({_shape(perm)})"
+        current = tuple(shape[p] for p in perm)
+    if current != tuple(flat):
+        text += f".reshape({_shape(flat)})"
+    return text
+
+
+def generate(
+    fn: Function, device: torch.device, *, hoist_weights: bool, natives: bool = True
+) -> Generated:
+    """Python source for `fn` and the compiled callables (see the module docstring)."""
+    context = Context.of(walk(fn.body), device)
+    plan = hoist(fn, weights=hoist_weights)
+    namer = _Namer()
+    globals_: dict[str, Any] = {
+        "torch": torch,
+        "F": F,
+        "ops": ops_module,
+        "natives": natives_module,
+        "DEVICE": device,
+    }
+    for name, value in fn.inputs:
+        namer.names[value] = namer.fresh(name)
+    # Constants and iotas first: they are globals, shared by both functions.
+    sources = _Emitter(context, namer, globals_, natives)
+    for op in walk(fn.body):
+        if op.kind == "const":
+            sources.emit_const(op)
+        elif op.kind == "iota":
+            sources.emit_iota(op)
+    in_prologue = {id(op) for op in plan.ops}
+    frontier = [namer(v) for v in plan.frontier]
+    signature = ", ".join(f"{name}: {value.type}" for name, value in fn.inputs)
+    head = [f"# entry {fn.name}({signature})"]
+    prologue_src: list[str] = []
+    if plan.ops:
+        pro = _Emitter(context, namer, globals_, natives)
+        read = {v for op in plan.ops for v in free_values(op)}
+        for op in fn.body.ops:
+            if op.kind in ("param", "buffer") and op.results[0] in read:
+                pro.op(op)
+        for op in plan.ops:
+            pro.op(op)
+        packed = ", ".join(frontier) + ("," if len(frontier) == 1 else "")
+        pro.line(f"return ({packed})")
+        prologue_src = ["def prologue(W):", *pro.lines, ""]
+
+    main = _Emitter(context, namer, globals_, natives)
+    if frontier:
+        main.line(f"({', '.join(frontier)}{',' if len(frontier) == 1 else ''}) = H")
+    needed_by_main = set(fn.results) | set(fn.state_updates.values())
+    for op in fn.body.ops:
+        if id(op) not in in_prologue:
+            needed_by_main |= free_values(op)
+    skip = set(in_prologue)
+    for op in fn.body.ops:
+        unused_read = op.kind in ("param", "buffer") and op.results[0] not in needed_by_main
+        if op.kind in ("const", "iota") or unused_read:
+            skip.add(id(op))
+    main.spans = []
+    main.region(fn.body, skip)
+    main.release_dead({namer(v) for v in (*fn.results, *fn.state_updates.values())})
+    static = plan.static
+    results = [f"{namer(v)}.clone()" if v in static else namer(v) for v in fn.results]
+    updates = ", ".join(
+        f"{path!r}: {namer(v)}{'.clone()' if v in static else ''}"
+        for path, v in fn.state_updates.items()
+    )
+    main.line(f"return [{', '.join(results)}], {{{updates}}}")
+    inputs = "".join(f", {namer(v)}" for _, v in fn.inputs)
+    source = "\n".join([*head, *prologue_src, f"def entry(W, S, H{inputs}):", *main.lines, ""])
+    code = compile(source, f"<linnet {fn.name}>", "exec")
+    exec(code, globals_)
+    prologue = globals_.get("prologue") if plan.ops else None
+    return Generated(source, globals_["entry"], prologue, plan)
+
+
+class CompiledFunction:
+    """A generated entry with the same call signature as the interpreted `Runner`.
+
+    The prologue runs once per weight version (identity and `_version` of every
+    weight it reads) and its results are passed to every call.
+    """
+
+    def __init__(
+        self, fn: Function, device: torch.device, *, hoist_weights: bool, natives: bool = True
+    ) -> None:
+        self.generated = generate(fn, device, hoist_weights=hoist_weights, natives=natives)
+        self._key: tuple[object, ...] | None = None
+        self._hoisted: tuple[torch.Tensor, ...] = ()
+
+    @property
+    def source(self) -> str:
+        return self.generated.source
+
+    def __call__(
+        self,
+        weights: Mapping[str, torch.Tensor],
+        state: Mapping[str, torch.Tensor],
+        inputs: Sequence[torch.Tensor],
+    ) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+        generated = self.generated
+        if generated.prologue is not None:
+            paths = generated.hoisting.weights
+            key = weights_key(weights, paths)
+            if key != self._key:
+                self._hoisted = generated.prologue(weights)
+                self._key = key
+        return generated.entry(weights, state, self._hoisted, *inputs)

@@ -1,0 +1,156 @@
+"""`linnet.torch.load`: source + generics + weights -> a ready `LinnetModule`.
+
+Stage: the PyTorch backend's front door; it runs the stages in order
+(architecture.md "The pipeline"):
+
+    check (pipeline.check_source / check_paths)
+      -> bind the root block's generics (ir.bind.bind, 6.7 steps 1-3)
+      -> bind the weights by path (weights.bind_model_weights, 12.9): which
+         optional params and subs are present
+      -> LinnetModule (lowering and passes run per entry and input shapes, on first call)
+
+Weights may be a SafeTensors file, a sharded folder or index, or a mapping of
+path (or checkpoint name, with `bindings`) to NumPy arrays or torch tensors.
+`weights=None` is allowed when the model declares no mandatory param or
+buffer, or with `trainable=True`, where the mandatory ones start as zeros for
+the caller to initialise (`torch.nn.init`, `load_state_dict`); otherwise it is
+an error naming the missing paths, since running on uninitialised weights
+would give meaningless numbers silently.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from linnet.check.program import CheckedProgram
+from linnet.errors import LinnetError
+from linnet.ir.bind import BoundModel
+from linnet.torch.dtypes import linnet_dtype, to_numpy
+from linnet.torch.module import LinnetModule
+
+Source = CheckedProgram | str | os.PathLike[str]
+WeightsSource = Mapping[str, Any] | str | os.PathLike[str]
+
+
+def check(source: Source, std_root: str | os.PathLike[str] | None = None) -> CheckedProgram:
+    """A checked program from source text, a file or folder path, or a program already checked.
+
+    A string holding a newline is source text; any other string is a path.
+    Errors in the program are raised as one `LinnetError` carrying the diagnostics.
+    """
+    from linnet.pipeline import check_paths, check_source
+
+    std = None if std_root is None else Path(std_root)
+    if isinstance(source, CheckedProgram):
+        program = source
+    elif isinstance(source, str) and "\n" in source:
+        program = check_source(source, "<source>", std)
+    else:
+        program = check_paths([Path(source)], std)
+    if program.has_errors:
+        raise LinnetError("the Linnet program has errors", program.diagnostics)
+    return program
+
+
+def numpy_weights(weights: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """A mapping of torch tensors and/or arrays as NumPy arrays (bf16 via ml_dtypes)."""
+    out: dict[str, np.ndarray] = {}
+    for name, value in weights.items():
+        if isinstance(value, torch.Tensor):
+            dtype = linnet_dtype(value.dtype)
+            if dtype is None:
+                raise LinnetError(f"weight `{name}` has dtype {value.dtype}, which Linnet lacks")
+            out[name] = to_numpy(value, dtype)
+        else:
+            out[name] = np.asarray(value)
+    return out
+
+
+def bind_weights(
+    model: BoundModel,
+    weights: WeightsSource | None,
+    *,
+    bindings: Any = None,
+    cast_dtype: bool = False,
+    strict: bool = True,
+    trainable: bool = False,
+) -> dict[str, np.ndarray]:
+    """The bound arrays by path (see the module docstring for `weights=None`)."""
+    from linnet.weights import bind_model_weights
+
+    if weights is None:
+        missing = [
+            path
+            for path, t in model.tensors.items()
+            if t.kind != "state" and not t.optional and t.group is None
+        ]
+        if missing and not trainable:
+            shown = ", ".join(f"`{p}`" for p in missing[:8])
+            more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+            raise LinnetError(
+                f"no weights given, but the model needs {shown}{more}; pass weights= "
+                "(a SafeTensors file or folder, or arrays by path), or trainable=True to "
+                "start from zeros"
+            )
+        return {}
+    source = numpy_weights(weights) if isinstance(weights, Mapping) else weights
+    bound = bind_model_weights(
+        model, source, bindings=bindings, cast_dtype=cast_dtype, strict=strict
+    )
+    return dict(bound.arrays)
+
+
+def load(
+    source: Source,
+    *,
+    generics: Mapping[str, object] | None = None,
+    weights: WeightsSource | None = None,
+    root: str | None = None,
+    bindings: Any = None,
+    std_root: str | os.PathLike[str] | None = None,
+    device: torch.device | str = "cpu",
+    compile: bool = False,
+    trainable: bool = False,
+    cast_dtype: bool = False,
+    strict: bool = True,
+) -> LinnetModule:
+    """Load a Linnet model as an `nn.Module` (see `LinnetModule`).
+
+    `generics` binds the root block's generics (`{"H": 512, "T": "bf16"}`);
+    `root` names the root block when the file has several with entries;
+    `bindings` maps paths to checkpoint names (a `bindings.json` path or a
+    mapping); `cast_dtype` converts stored floats/ints to the declared dtype;
+    `strict` reports unexpected tensors. `compile=True` generates Python source
+    per entry and input shapes instead of interpreting the IR; `trainable=True`
+    makes params `nn.Parameter`s.
+
+    >>> import torch
+    >>> m = load('''module doc
+    ... pub block Scale<H: Dim> {
+    ...     param gain: Tensor[H; f32]
+    ...     pub entry forward<B: Dim>(x: Tensor[B, H; f32]) -> Tensor[B, H; f32] {
+    ...         return x * gain
+    ...     }
+    ... }''', generics={"H": 2}, weights={"gain": torch.tensor([2.0, 3.0])})
+    >>> m(torch.ones(1, 2))
+    tensor([[2., 3.]])
+    """
+    from linnet.ir.bind import bind
+
+    program = check(source, std_root)
+    model = bind(program, root=root, generics=generics)
+    arrays = bind_weights(
+        model,
+        weights,
+        bindings=bindings,
+        cast_dtype=cast_dtype,
+        strict=strict,
+        trainable=trainable,
+    )
+    return LinnetModule(model, arrays, device=device, compile=compile, trainable=trainable)

@@ -1,0 +1,315 @@
+"""Native PyTorch kernels for `call` ops of known standard-library ops.
+
+Stage: backend. A `call` op keeps an `op`'s canonical body as a region
+(architecture.md "Core IR"); a backend may replace it with a native kernel
+computing the same function within the numeric contract (language.md 1.2,
+"Canonical bodies"; stdlib.md "Numerics policy": the candidates used here are
+the ones stdlib.md lists as equivalent). Input: the `call` op and what is known
+about its operands (constants, producers). Output: a `Native` (a kernel for
+the runner and a Python expression for the code generator), or None, in which
+case the backend runs the canonical body. A native is chosen only when every
+operand has the expected type and the attributes it needs (an `eps`, a
+`scale`) are compile-time constants; otherwise the body runs.
+
+| callee | native |
+| --- | --- |
+| `std.nn.linear::linear` | `F.linear` |
+| `std.nn.norm::rms_norm` | `F.rms_norm` on f32, cast to `T`, times the weight (the spec's order) |
+| `std.nn.softmax::softmax` | `torch.softmax` on f32, cast to `T` |
+| `std.nn.activations::silu`, `sigmoid` | `F.silu`, `torch.sigmoid` |
+| `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 |
+| `std.nn.cache::write_span` at a constant position | the cache slices and the span, concatenated |
+
+Attention masks: a mask made by `causal_mask<Q, Q>` becomes `is_causal=True`;
+any other mask is passed as a boolean mask, and rows whose keys are all
+masked, which the canonical body averages (a masked score is -1e30, not
+-inf) and SDPA does not, get the mean of the values. Each substitution is
+tested against the canonical body (tests/torch/test_torch_natives.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from linnet.ir.core import FLOAT_DTYPES, Op, TensorType
+from linnet.records import record
+from linnet.torch.dtypes import storage
+from linnet.torch.ops import Context, Kernel
+
+MASKED_SCORE = -1e30
+
+
+@record
+class Native:
+    """A native replacement of one `call` op.
+
+    `kernel` maps the operand tensors to the single result; `source` spells
+    the same computation as a Python expression over operand names, using the
+    names `torch`, `F` and `natives` (this module) that generated code imports.
+    """
+
+    callee: str
+    kernel: Kernel
+    source: Callable[[Sequence[str]], str]
+
+
+Finder = Callable[[Op, Context], Native | None]
+
+
+def _dtype_name(dtype: str) -> str:
+    return f"torch.{str(storage(dtype)).removeprefix('torch.')}"
+
+
+def _float_scalar(op: Op, context: Context, index: int) -> float | None:
+    """The value of operand `index` when it is a constant f32 scalar."""
+    if index >= len(op.operands):
+        return None
+    value = op.operands[index]
+    known = context.known(value)
+    if value.type != TensorType((), "f32") or known is None:
+        return None
+    return float(known)
+
+
+# -- linear ------------------------------------------------------------------------------
+
+
+def find_linear(op: Op, context: Context) -> Native | None:
+    types = [v.type for v in op.operands]
+    if len(types) not in (2, 3):
+        return None
+    x, w = types[0], types[1]
+    if x.dtype not in FLOAT_DTYPES or w.dtype != x.dtype or w.rank != 2 or x.rank < 1:
+        return None
+    if x.shape[-1] != w.shape[1] or op.results[0].type.shape != (*x.shape[:-1], w.shape[0]):
+        return None
+    if len(types) == 3 and types[2] != TensorType((w.shape[0],), x.dtype):
+        return None
+    if x.rank == 1:
+        return Native(
+            "std.nn.linear::linear",
+            _linear_vector,
+            lambda a: f"natives.linear_vector({', '.join(a)})",
+        )
+    return Native("std.nn.linear::linear", F.linear, lambda a: f"F.linear({', '.join(a)})")
+
+
+def _linear_vector(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    return F.linear(x.unsqueeze(0), weight, bias).squeeze(0)
+
+
+linear_vector = _linear_vector
+
+
+# -- normalisation and elementwise ---------------------------------------------------------
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
+    """stdlib.md 6: normalise in f32, cast to `T`, then multiply by the weight."""
+    normed = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=eps)
+    return normed.to(dtype) * weight
+
+
+def find_rms_norm(op: Op, context: Context) -> Native | None:
+    if len(op.operands) != 3:
+        return None
+    x, w = op.operands[0].type, op.operands[1].type
+    eps = _float_scalar(op, context, 2)
+    if eps is None or x.dtype not in FLOAT_DTYPES or x.rank < 1:
+        return None
+    if w != TensorType((x.shape[-1],), x.dtype):
+        return None
+    held = storage(x.dtype)
+    spelled = _dtype_name(x.dtype)
+    return Native(
+        "std.nn.norm::rms_norm",
+        lambda x, weight, _eps: rms_norm(x, weight, eps, held),
+        lambda a: f"natives.rms_norm({a[0]}, {a[1]}, {eps!r}, {spelled})",
+    )
+
+
+def softmax(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """stdlib.md 4: softmax over the last axis in f32, cast back to `T`."""
+    return torch.softmax(x.to(torch.float32), dim=-1).to(dtype)
+
+
+def find_softmax(op: Op, context: Context) -> Native | None:
+    if len(op.operands) != 1:
+        return None
+    x = op.operands[0].type
+    if x.dtype not in FLOAT_DTYPES or x.rank < 1:
+        return None
+    held = storage(x.dtype)
+    spelled = _dtype_name(x.dtype)
+    return Native(
+        "std.nn.softmax::softmax",
+        lambda a: softmax(a, held),
+        lambda a: f"natives.softmax({a[0]}, {spelled})",
+    )
+
+
+def _find_elementwise(callee: str, kernel: Kernel, spelled: str) -> Finder:
+    def find(op: Op, context: Context) -> Native | None:
+        if len(op.operands) != 1 or op.operands[0].type.dtype not in FLOAT_DTYPES:
+            return None
+        return Native(callee, kernel, lambda a: f"{spelled}({a[0]})")
+
+    return find
+
+
+# -- attention ---------------------------------------------------------------------------
+
+
+def attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float | torch.Tensor,
+    mask: torch.Tensor | None,
+    causal: bool,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """stdlib.md 9 `attention`/`grouped_attention` through SDPA, all in f32.
+
+    Grouped key/value heads are repeated in `repeat_kv` order (each serves
+    consecutive query heads). A row whose keys are all masked gets the mean of
+    the values, as the canonical body's -1e30 scores give.
+    """
+    q = query.to(torch.float32)
+    k = key.to(torch.float32)
+    v = value.to(torch.float32)
+    groups = q.shape[1] // k.shape[1]
+    if groups != 1:
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+    if isinstance(scale, torch.Tensor):
+        q = q * scale
+        scale = 1.0
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+    # On the CPU a check is free; elsewhere the fix-up is applied without a host sync.
+    if mask is not None and (mask.device.type != "cpu" or not bool(mask.any(dim=-1).all())):
+        empty = ~torch.any(mask, dim=-1, keepdim=True)  # [..., Q, 1]
+        out = torch.where(empty, torch.mean(v, dim=-2, keepdim=True), out)
+    return out.to(dtype)
+
+
+def _is_causal(op: Op, context: Context) -> bool:
+    """Whether the mask operand is `causal_mask<Q, Q>` (SDPA's square `is_causal`)."""
+    producer = context.producer(op.operands[4])
+    if producer is None or producer.kind != "call":
+        return False
+    if producer.attrs.get("callee") != "std.nn.attention::causal_mask":
+        return False
+    q, k = producer.results[0].type.shape
+    return bool(q == k)
+
+
+def find_attention(op: Op, context: Context) -> Native | None:
+    if len(op.operands) not in (4, 5):
+        return None
+    q, k, v = (o.type for o in op.operands[:3])
+    if q.dtype not in FLOAT_DTYPES or q.rank != 4 or k.rank != 4 or k != v:
+        return None
+    if k.dtype != q.dtype or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+        return None
+    if k.shape[1] == 0 or q.shape[1] % k.shape[1] != 0:
+        return None
+    if op.operands[3].type != TensorType((), "f32"):
+        return None
+    masked = len(op.operands) == 5
+    if masked and op.operands[4].type != TensorType((q.shape[2], k.shape[2]), "bool"):
+        return None
+    if op.results[0].type != q:
+        return None
+    known = _float_scalar(op, context, 3)
+    causal = masked and _is_causal(op, context)
+    held = storage(q.dtype)
+    spelled = _dtype_name(q.dtype)
+    callee = str(op.attrs["callee"])
+
+    def kernel(
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        scale: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        used_mask = None if causal else mask
+        return attention(
+            query, key, value, scale if known is None else known, used_mask, causal, held
+        )
+
+    def source(a: Sequence[str]) -> str:
+        scale = a[3] if known is None else repr(known)
+        mask = a[4] if masked and not causal else "None"
+        return (
+            f"natives.attention({a[0]}, {a[1]}, {a[2]}, {scale}, {mask}, "
+            f"causal={causal}, dtype={spelled})"
+        )
+
+    return Native(callee, kernel, source)
+
+
+# -- cache writes ----------------------------------------------------------------------
+
+
+def write_span(cache: torch.Tensor, value: torch.Tensor, start: int) -> torch.Tensor:
+    """stdlib.md 10 `write_span` at a known position: the span joined between cache slices.
+
+    Positions `start .. start + N` clipped to the cache take `value`; the rest
+    keeps the cache, as the canonical select does.
+    """
+    size, count = cache.shape[2], value.shape[2]
+    low, high = max(start, 0), min(start + count, size)
+    if low >= high:
+        return cache
+    pieces = [cache[:, :, :low], value[:, :, low - start : high - start], cache[:, :, high:]]
+    return torch.cat([p for p in pieces if p.shape[2]], dim=2)
+
+
+def find_write_span(op: Op, context: Context) -> Native | None:
+    if len(op.operands) != 3:
+        return None
+    cache, value, at = (v.type for v in op.operands)
+    known = context.known(op.operands[2])
+    if known is None or at != TensorType((), "i32") or cache.rank != 4 or value.rank != 4:
+        return None
+    if cache.dtype != value.dtype or op.results[0].type != cache:
+        return None
+    if (cache.shape[0], cache.shape[1], cache.shape[3]) != (
+        value.shape[0],
+        value.shape[1],
+        value.shape[3],
+    ):
+        return None
+    start = int(known)
+    return Native(
+        "std.nn.cache::write_span",
+        lambda c, v, _at: write_span(c, v, start),
+        lambda a: f"natives.write_span({a[0]}, {a[1]}, {start})",
+    )
+
+
+FINDERS: dict[str, Finder] = {
+    "std.nn.linear::linear": find_linear,
+    "std.nn.norm::rms_norm": find_rms_norm,
+    "std.nn.softmax::softmax": find_softmax,
+    "std.nn.activations::silu": _find_elementwise("std.nn.activations::silu", F.silu, "F.silu"),
+    "std.nn.activations::sigmoid": _find_elementwise(
+        "std.nn.activations::sigmoid", torch.sigmoid, "torch.sigmoid"
+    ),
+    "std.nn.attention::attention": find_attention,
+    "std.nn.attention::grouped_attention": find_attention,
+    "std.nn.cache::write_span": find_write_span,
+}
+
+
+def find_native(op: Op, context: Context) -> Native | None:
+    """A native kernel for the `call` op `op`, or None to run its canonical body."""
+    finder = FINDERS.get(str(op.attrs.get("callee", "")))
+    return None if finder is None else finder(op, context)

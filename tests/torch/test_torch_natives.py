@@ -1,0 +1,187 @@
+"""Native-kernel substitutions equal the canonical bodies of the std ops they replace.
+
+Each case lowers a module-level entry that calls one std op, then runs it three
+ways: the NumPy interpreter (the canonical body, the oracle), the backend with
+natives off (the body on torch) and with natives on (the kernel in
+`linnet.torch.natives`), interpreted and generated. The test also checks that
+the native really was chosen, so a silently declined substitution fails.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+from torch_support import CPU, MODES
+from torch_support import check as compare
+
+from linnet.ir.core import Function, TensorType, numpy_dtype
+from linnet.ir.lower import lower_function
+from linnet.ir.passes import optimize
+from linnet.torch.analysis import walk
+from linnet.torch.load import check
+from linnet.torch.natives import find_native
+from linnet.torch.ops import Context
+
+SOURCE = """module native_cases
+
+use std.nn.activations::{sigmoid, silu}
+use std.nn.attention::{attention, causal_mask, grouped_attention}
+use std.nn.cache::{write_span}
+use std.nn.linear::{linear}
+use std.nn.norm::{rms_norm}
+use std.nn.softmax::{softmax}
+
+pub entry dense<*S: Shape, I: Dim, O: Dim, T: Float>(x: Tensor[*S, I; T], w: Tensor[O, I; T]) -> Tensor[*S, O; T] {
+    return linear(x, w)
+}
+
+pub entry dense_bias<*S: Shape, I: Dim, O: Dim, T: Float>(x: Tensor[*S, I; T], w: Tensor[O, I; T], b: Tensor[O; T]) -> Tensor[*S, O; T] {
+    return linear(x, w, some(b))
+}
+
+pub entry norm<*S: Shape, H: Dim, T: Float>(x: Tensor[*S, H; T], w: Tensor[H; T]) -> Tensor[*S, H; T] {
+    return rms_norm(x, w, 1e-6)
+}
+
+pub entry soft<*S: Shape, N: Dim, T: Float>(x: Tensor[*S, N; T]) -> Tensor[*S, N; T] {
+    return softmax(x)
+}
+
+pub entry gates<*S: Shape, T: Float>(x: Tensor[*S; T]) -> (Tensor[*S; T], Tensor[*S; T]) {
+    return (silu(x), sigmoid(x))
+}
+
+pub entry plain<B: Dim, H: Dim, Q: Dim, K: Dim, D: Dim, T: Float>(
+    q: Tensor[B, H, Q, D; T], k: Tensor[B, H, K, D; T], v: Tensor[B, H, K, D; T],
+) -> Tensor[B, H, Q, D; T] {
+    return attention(q, k, v, rsqrt(cast<f32>(D)))
+}
+
+pub entry causal<B: Dim, H: Dim, Hk: Dim, Q: Dim, K: Dim, D: Dim, T: Float>(
+    q: Tensor[B, H, Q, D; T], k: Tensor[B, Hk, K, D; T], v: Tensor[B, Hk, K, D; T],
+) -> Tensor[B, H, Q, D; T]
+where Hk > 0, H % Hk == 0 {
+    return grouped_attention(q, k, v, 0.25, some(causal_mask<Q, K>()))
+}
+
+pub entry spans<B: Dim, H: Dim, S: Dim, N: Dim, D: Dim>(
+    cache: Tensor[B, H, S, D; f32], value: Tensor[B, H, N, D; f32],
+) -> (Tensor[B, H, S, D; f32], Tensor[B, H, S, D; f32], Tensor[B, H, S, D; f32], Tensor[B, H, S, D; f32])
+where S > 0, N > 0 {
+    return (write_span(cache, value, 0), write_span(cache, value, 3), write_span(cache, value, -2),
+            write_span(cache, value, 9))
+}
+
+pub entry masked<B: Dim, H: Dim, Hk: Dim, Q: Dim, K: Dim, D: Dim, T: Float>(
+    q: Tensor[B, H, Q, D; T], k: Tensor[B, Hk, K, D; T], v: Tensor[B, Hk, K, D; T],
+    mask: Tensor[Q, K; bool], scale: f32,
+) -> Tensor[B, H, Q, D; T]
+where Hk > 0, H % Hk == 0 {
+    return grouped_attention(q, k, v, scale, some(mask))
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def program():  # type: ignore[no-untyped-def]
+    return check(SOURCE)
+
+
+def lowered(program, name: str, arrays: list[np.ndarray], dtypes: list[str]) -> Function:  # type: ignore[no-untyped-def]
+    types = [TensorType(a.shape, d) for a, d in zip(arrays, dtypes, strict=True)]
+    return optimize(lower_function(program, "native_cases", name, types))
+
+
+def natives_in(fn: Function) -> list[str]:
+    context = Context.of(walk(fn.body), CPU)
+    return [
+        str(op.attrs["callee"])
+        for op in walk(fn.body)
+        if op.kind == "call" and find_native(op, context) is not None
+    ]
+
+
+def data(key: object, dtype: str, shape: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
+    rng = np.random.default_rng(zlib.crc32(repr(key).encode()))
+    if dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    return (scale * rng.standard_normal(shape)).astype(numpy_dtype(dtype))
+
+
+def run_case(program, name: str, arrays: list[np.ndarray], dtypes: list[str],  # type: ignore[no-untyped-def]
+             expect: str, scale: float = 1.0) -> None:  # fmt: skip
+    fn = lowered(program, name, arrays, dtypes)
+    assert expect in natives_in(fn), f"{expect} was not substituted in {name}"
+    for mode in MODES:
+        native = compare(fn, arrays, mode, scale=scale)
+        body = compare(fn, arrays, mode, scale=scale, natives=False)
+        for a, b, v in zip(native, body, fn.results, strict=True):
+            tol = {"f32": 2e-5, "f64": 1e-12, "bf16": 2e-2, "f16": 4e-3}[v.type.dtype] * scale
+            np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64),
+                                       rtol=tol, atol=tol)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
+def test_linear(program, dtype: str) -> None:  # type: ignore[no-untyped-def]
+    x, w, b = data(1, dtype, (2, 3, 8)), data(2, dtype, (5, 8)), data(3, dtype, (5,))
+    scale = 4.0 if dtype == "bf16" else 1.0
+    run_case(program, "dense", [x, w], [dtype] * 2, "std.nn.linear::linear", scale)
+    run_case(program, "dense_bias", [x, w, b], [dtype] * 3, "std.nn.linear::linear", scale)
+    run_case(program, "dense", [x[0, 0], w], [dtype] * 2, "std.nn.linear::linear", scale)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
+def test_rms_norm(program, dtype: str) -> None:  # type: ignore[no-untyped-def]
+    x, w = data(4, dtype, (3, 4, 16), 3.0), data(5, dtype, (16,))
+    # f64 inputs are normalised in f32 by the canonical body, so f32 accuracy applies.
+    run_case(program, "norm", [x, w], [dtype] * 2, "std.nn.norm::rms_norm",
+             1e7 if dtype == "f64" else 1.0)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_softmax_silu_sigmoid(program, dtype: str) -> None:  # type: ignore[no-untyped-def]
+    x = data(6, dtype, (4, 7), 3.0)
+    run_case(program, "soft", [x], [dtype], "std.nn.softmax::softmax")
+    run_case(program, "gates", [x], [dtype], "std.nn.activations::silu")
+    run_case(program, "gates", [x], [dtype], "std.nn.activations::sigmoid")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_attention_without_mask(program, dtype: str) -> None:  # type: ignore[no-untyped-def]
+    q, k, v = (
+        data(7, dtype, (2, 3, 5, 8)),
+        data(8, dtype, (2, 3, 6, 8)),
+        data(9, dtype, (2, 3, 6, 8)),
+    )
+    run_case(program, "plain", [q, k, v], [dtype] * 3, "std.nn.attention::attention")
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (3, 7), (1, 6)])
+def test_grouped_causal_attention(program, shape: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    """causal_mask<Q, Q> becomes is_causal; a bottom-right mask with Q < K stays a mask."""
+    q_len, k_len = shape
+    q = data(10, "f32", (1, 4, q_len, 8))
+    k, v = data(11, "f32", (1, 2, k_len, 8)), data(12, "f32", (1, 2, k_len, 8))
+    run_case(program, "causal", [q, k, v], ["f32"] * 3, "std.nn.attention::grouped_attention")
+
+
+def test_masked_attention_with_empty_rows_and_runtime_scale(program) -> None:  # type: ignore[no-untyped-def]
+    """A fully masked row averages the values (-1e30 scores), as the canonical body does."""
+    q = data(13, "f32", (2, 4, 5, 8))
+    k, v = data(14, "f32", (2, 2, 6, 8)), data(15, "f32", (2, 2, 6, 8))
+    mask = data(16, "bool", (5, 6))
+    mask[2] = False
+    mask[4] = True
+    scale = np.array(0.3, np.float32)
+    arrays = [q, k, v, mask, scale]
+    dtypes = ["f32", "f32", "f32", "bool", "f32"]
+    run_case(program, "masked", arrays, dtypes, "std.nn.attention::grouped_attention")
+
+
+@pytest.mark.parametrize("span", [2, 4, 7])
+def test_write_span_at_constant_positions(program, span: int) -> None:  # type: ignore[no-untyped-def]
+    """Spans inside, overlapping either end of, and past the cache (nothing written)."""
+    cache, value = data(17, "f32", (2, 3, 6, 4)), data(18, "f32", (2, 3, span, 4))
+    run_case(program, "spans", [cache, value], ["f32", "f32"], "std.nn.cache::write_span")
