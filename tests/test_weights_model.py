@@ -18,7 +18,7 @@ import torch
 from linnet.errors import LinnetError
 from linnet.ir.bind import BoundModel, bind
 from linnet.pipeline import check_source
-from linnet.weights import TensorSpec, bind_model_weights, specs_from_model
+from linnet.weights import TensorSpec, bind_model_weights, bind_weights, specs_from_model
 
 TOWER = """\
 module examples.tower
@@ -114,3 +114,12 @@ def test_mismatches_name_paths_for_the_bound_generics(model: BoundModel, tmp_pat
     assert "wrong shape: `stem.gain`" in message and "stored [5], declared [4]" in message
     assert "missing: `stages.1.gain` (checkpoint name `stages.1.gain`)" in message
     assert "incomplete optional sub `extra`: `extra.gain`" in message
+
+
+def test_a_stored_scalar_binds_a_declared_single_element_tensor() -> None:
+    """Linnet has no rank-0 tensors; a 0-d checkpoint tensor binds `Tensor[1; T]`."""
+    specs = {"scale": TensorSpec((1,), "f32"), "bias": TensorSpec((2,), "f32")}
+    bound = bind_weights(specs, {"scale": np.float32(2.5).reshape(()), "bias": np.ones(2, np.float32)})
+    assert bound.arrays["scale"].shape == (1,) and float(bound.arrays["scale"][0]) == 2.5
+    with pytest.raises(LinnetError, match=r"wrong shape: `bias`.*stored \[\], declared \[2\]"):
+        bind_weights(specs, {"scale": np.ones(1, np.float32), "bias": np.float32(1).reshape(())})

@@ -251,7 +251,7 @@ def _problems(
             continue
         stored = checkpoint.tensors[name]
         where = _where(name, checkpoint)
-        if stored.shape != spec.shape:
+        if not _shapes_bind(tuple(stored.shape), spec.shape):
             problems.append(
                 f"wrong shape: `{path}` ({where}): stored {list(stored.shape)}, "
                 f"declared {list(spec.shape)}"
@@ -353,9 +353,21 @@ def _load(
             if key not in converted:
                 converted[key] = _convert(array, declared, path, name, problems)
             array = converted[key]
+        if array.shape != specs[path].shape:  # a stored scalar for a declared [1]
+            array = array.reshape(specs[path].shape)
         arrays[path] = array
     _raise_if_any(problems, checkpoint)
     return arrays
+
+
+def _shapes_bind(stored: tuple[int, ...], declared: tuple[int, ...]) -> bool:
+    """Stored and declared shapes agree exactly, or a stored scalar meets `[1]`.
+
+    Linnet has no rank-0 tensor types (language.md 5.1), so a `param` that a
+    framework stores as a 0-d tensor (CLIP's `logit_scale`) is declared
+    `Tensor[1; T]`; it binds the same single value.
+    """
+    return stored == declared or (stored == () and declared == (1,))
 
 
 def _convert(

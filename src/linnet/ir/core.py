@@ -284,10 +284,15 @@ class Builder:
     # -- conveniences, one per op family --------------------------------------------------
 
     def const(self, value: object, dtype: str, name: str = "") -> Value:
-        """A constant of `dtype` (any array-like; converted like `numpy.asarray`)."""
+        """A constant of `dtype` (any array-like; converted like `numpy.asarray`).
+
+        A float that overflows a narrow dtype becomes +-inf, as an IEEE cast does
+        (the attention mask's -1e30 in f16), without NumPy's overflow warning.
+        """
         import numpy as np
 
-        array = np.asarray(value, dtype=numpy_dtype(dtype))
+        with np.errstate(over="ignore"):
+            array = np.asarray(value, dtype=numpy_dtype(dtype))
         return self.emit("const", (), {"value": array}, name=name)
 
     def iota(self, n: int, dtype: str = "i64") -> Value:
