@@ -94,7 +94,7 @@ def test_random_bert_matches_transformers(checkpoint: Path, reference: Any, comp
     generics = json.loads((checkpoint / "generics.json").read_text())
     m = lt.load(SOURCE, generics=generics, weights=checkpoint / "model.safetensors",
                 bindings=BINDINGS, compile=compile)  # fmt: skip
-    assert "embeddings.position_ids" not in m.present
+    assert "embeddings.position_ids" not in m.present_paths
     ids, types, mask = padded_batch()
     inputs = [ids, types, mask]
     with torch.no_grad():
@@ -143,7 +143,7 @@ def test_minilm_embeddings_match_bert_model(
     reference = transformers.BertModel.from_pretrained(minilm_dir).eval()
     m = lt.load(SOURCE, generics=MINILM, weights=minilm_dir / "model.safetensors",
                 bindings=BINDINGS, compile=compile)  # fmt: skip
-    assert "embeddings.position_ids" in m.present
+    assert "embeddings.position_ids" in m.present_paths
     mask = minilm_batch["attention_mask"]
     assert (mask == 0).any()  # the batch is padded
     with torch.no_grad():

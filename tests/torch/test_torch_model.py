@@ -68,7 +68,7 @@ def interpreted(m: lt.LinnetModule, entry: str, inputs: list[np.ndarray],
 def module_state(m: lt.LinnetModule) -> dict[str, np.ndarray]:
     return {
         path: to_numpy(m.tensor(path), "f32")
-        for path, t in m.model.tensors.items()
+        for path, t in m.linnet_model.tensors.items()
         if t.kind == "state"
     }
 
@@ -131,7 +131,7 @@ def test_state_dict_keys_are_the_paths(weights: dict[str, np.ndarray]) -> None:
     m = lt.load(LLAMA, generics=GENERICS, weights=weights)
     assert set(m.state_dict()) == set(weights)
     assert len(list(m.parameters())) == 0  # not trainable: params are buffers
-    states = {p for p, t in m.model.tensors.items() if t.kind == "state"}
+    states = {p for p, t in m.linnet_model.tensors.items() if t.kind == "state"}
     assert {n for n, _ in m.named_buffers()} == set(weights) | states
     eager = eager_module().EagerLlama(**GENERICS)
     eager.load_state_dict(m.state_dict(), strict=True)  # the same keys as HF-style modules

@@ -140,18 +140,18 @@ class LinnetModule(nn.Module):
         trainable: bool = False,
     ) -> None:
         super().__init__()
-        self.model = model
-        self.device = torch.device(device)
-        self.compiled = compile
-        self.trainable = trainable
-        self.present = frozenset(arrays)
+        self._bound = model
+        self._device = torch.device(device)
+        self._compiled = compile
+        self._trainable = trainable
+        self._present = frozenset(arrays)
         self._slots: dict[str, tuple[dict[str, Any], str]] = {}
         self._state_paths: list[str] = []
         self._prepared: dict[tuple[object, ...], Prepared] = {}
         self._latest: dict[str, Prepared] = {}
         # Paths bound to one stored tensor (tied weights, 12.9) share one torch tensor.
         shared: dict[int, torch.Tensor] = {}
-        for path, t in model.live_tensors(self.present, "param").items():
+        for path, t in model.live_tensors(self._present, "param").items():
             tensor = self._initial(path, t, arrays, shared)
             if trainable and not isinstance(tensor, nn.Parameter):
                 grad = t.dtype in ("f16", "bf16", "f32", "f64")
@@ -159,12 +159,25 @@ class LinnetModule(nn.Module):
                 if path in arrays:
                     shared[id(arrays[path])] = tensor
             self._register(path, tensor, "param" if trainable else "buffer")
-        for path, t in model.live_tensors(self.present, "buffer").items():
+        for path, t in model.live_tensors(self._present, "buffer").items():
             self._register(path, self._initial(path, t, arrays, shared), "buffer")
-        for path, t in model.live_tensors(self.present, "state").items():
-            zeros = torch.zeros(t.shape, dtype=storage(t.dtype), device=self.device)
+        for path, t in model.live_tensors(self._present, "state").items():
+            zeros = torch.zeros(t.shape, dtype=storage(t.dtype), device=self._device)
             self._register(path, zeros, "state")
             self._state_paths.append(path)
+
+    # NOTE: the module's own attributes are private (`_bound`, `_device`, ...) because
+    # root members become attributes too: transformers' Llama paths start with `model.`.
+
+    @property
+    def linnet_model(self) -> BoundModel:
+        """The bound model: root block, concrete tensor paths, entry signatures."""
+        return self._bound
+
+    @property
+    def present_paths(self) -> frozenset[str]:
+        """The tensor paths the checkpoint provided (optional ones included when present)."""
+        return self._present
 
     # -- construction ----------------------------------------------------------------------
 
@@ -176,11 +189,11 @@ class LinnetModule(nn.Module):
         shared: dict[int, torch.Tensor],
     ) -> torch.Tensor:
         if path not in arrays:
-            return torch.zeros(t.shape, dtype=storage(t.dtype), device=self.device)
+            return torch.zeros(t.shape, dtype=storage(t.dtype), device=self._device)
         array = arrays[path]
         found = shared.get(id(array))
         if found is None or found.dtype != storage(t.dtype) or tuple(found.shape) != t.shape:
-            found = shared[id(array)] = to_torch(array, t.dtype, self.device)
+            found = shared[id(array)] = to_torch(array, t.dtype, self._device)
         return found
 
     def _register(self, path: str, tensor: torch.Tensor, kind: str) -> None:
@@ -213,7 +226,7 @@ class LinnetModule(nn.Module):
         """`.to()`, `.cuda()`... move every tensor; prepared entries are rebuilt for the device."""
         super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
         for table, name in self._slots.values():
-            self.device = table[name].device
+            self._device = table[name].device
             break
         self._prepared.clear()
         self._latest.clear()
@@ -240,15 +253,15 @@ class LinnetModule(nn.Module):
 
     @property
     def entries(self) -> list[str]:
-        return list(self.model.entries)
+        return list(self._bound.entries)
 
     def default_entry(self) -> str:
         """`forward`, or the only entry (11.1: backends use `forward` as the default)."""
-        if "forward" in self.model.entries:
+        if "forward" in self._bound.entries:
             return "forward"
-        if len(self.model.entries) == 1:
-            return next(iter(self.model.entries))
-        listed = ", ".join(f"`{n}`" for n in self.model.entries) or "none"
+        if len(self._bound.entries) == 1:
+            return next(iter(self._bound.entries))
+        listed = ", ".join(f"`{n}`" for n in self._bound.entries) or "none"
         raise LinnetError(f"the model has no `forward` entry; use run_entry (entries: {listed})")
 
     def forward(self, *inputs: object, **named: object) -> Result:
@@ -278,7 +291,7 @@ class LinnetModule(nn.Module):
         values = self._order(signature, positional, named)
         owner = f"entry `{name}`"
         converted = [
-            convert_input(v, spec.name, spec.type, self.device, owner)
+            convert_input(v, spec.name, spec.type, self._device, owner)
             for v, spec in zip(values, signature.inputs, strict=False)
         ]
         tensors = [t for t, _ in converted]
@@ -299,9 +312,9 @@ class LinnetModule(nn.Module):
         return value
 
     def _signature(self, name: str) -> EntrySignature:
-        found = self.model.entries.get(name)
+        found = self._bound.entries.get(name)
         if found is None:
-            listed = ", ".join(f"`{n}`" for n in self.model.entries) or "none"
+            listed = ", ".join(f"`{n}`" for n in self._bound.entries) or "none"
             raise LinnetError(f"the model has no entry `{name}` (entries: {listed})")
         return found
 
@@ -337,9 +350,9 @@ class LinnetModule(nn.Module):
             from linnet.ir.lower import lower_entry
             from linnet.ir.passes import optimize
 
-            fn = lower_entry(self.model, name, input_types, self.present, generics=generics)
+            fn = lower_entry(self._bound, name, input_types, self._present, generics=generics)
             fn = optimize(fn)
-            run = make_runner(fn, self.device, compile=self.compiled, trainable=self.trainable)
+            run = make_runner(fn, self._device, compile=self._compiled, trainable=self._trainable)
             found = self._prepared[key] = Prepared(fn, run)
         self._latest[name] = found
         return found
@@ -352,7 +365,7 @@ class LinnetModule(nn.Module):
         Source exists only for `compile=True` modules; the interpreted path has none.
         """
         name = entry or self.default_entry()
-        if not self.compiled:
+        if not self._compiled:
             raise LinnetError("generated source exists only for modules loaded with compile=True")
         if input_types is not None:
             prepared = self.prepare(name, input_types)
@@ -374,5 +387,5 @@ class LinnetModule(nn.Module):
         return latest.function
 
     def extra_repr(self) -> str:
-        mode = "generated" if self.compiled else "interpreted"
-        return f"root={self.model.root.info.name}, entries={self.entries}, {mode}"
+        mode = "generated" if self._compiled else "interpreted"
+        return f"root={self._bound.root.info.name}, entries={self.entries}, {mode}"
