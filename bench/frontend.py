@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from generated import linnet_program, python_program
+
 from linnet.pipeline import check_source
 from linnet.source import SourceFile
 from linnet.syntax.parser import parse
