@@ -1,4 +1,4 @@
-"""The `linnet` command (language.md 18): check, lint, fmt, inspect, plan, torch, init, spec-test.
+"""The `linnet` command (language.md 18): check, lint, fmt, inspect, plan, torch, onnx, init, spec-test.
 
 Stage: the outermost shell. In: a command line. Out: text on stdout/stderr
 and an exit status:
@@ -55,6 +55,9 @@ commands:
                                                    the plan JSON of the root block
   torch [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
           [--std DIR] FILE                         the PyTorch source generated for one entry
+  onnx [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
+          [--provider cpu|cuda] [--fused] [--output FILE] [--std DIR] FILE
+                                                   one entry as ONNX (opset 20) text, or a file
   init [DIR]                                       create a package (linnet.toml, src/lib.linnet)
   spec-test [--std DIR] DIR                        run a conformance directory
 
@@ -316,6 +319,27 @@ def _run_torch(invocation: Invocation) -> int:
     return show_torch(path, _target(invocation), _color_for(sys.stderr, invocation))
 
 
+# -- onnx ------------------------------------------------------------------------------
+
+
+def _run_onnx(invocation: Invocation) -> int:
+    from linnet.commands.onnx import show_onnx
+
+    path = _one_file(invocation, "`onnx` takes exactly one file")
+    provider = invocation.values.get("--provider", "cpu")
+    if provider not in ("cpu", "cuda"):
+        raise UsageError(f"`--provider` takes `cpu` or `cuda`, not `{provider}`")
+    output = invocation.values.get("--output")
+    return show_onnx(
+        path,
+        _target(invocation),
+        _color_for(sys.stderr, invocation),
+        provider=provider,
+        fused="--fused" in invocation.flags,
+        output=Path(output) if output is not None else None,
+    )
+
+
 # -- fmt -------------------------------------------------------------------------------
 
 
@@ -383,6 +407,12 @@ _COMMANDS: dict[str, CommandSpec] = {
         _run_torch,
         valued=frozenset({"--std", "--entry", "--root", "--optionals"}),
         repeated=frozenset({"--bind"}),
+    ),
+    "onnx": CommandSpec(
+        _run_onnx,
+        frozenset({"--fused"}),
+        frozenset({"--std", "--entry", "--root", "--optionals", "--provider", "--output"}),
+        frozenset({"--bind"}),
     ),
     "init": CommandSpec(_run_init),
     "spec-test": CommandSpec(_run_spec_test, valued=frozenset({"--std"})),

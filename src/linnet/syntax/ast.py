@@ -605,7 +605,9 @@ class File:
 def same_tree(a: object, b: object) -> bool:
     """Structural equality of two syntax trees, ignoring spans.
 
-    Comments are compared by text and placement (`own_line`), not by offset.
+    Comments are compared by text and placement (`own_line`), not by offset;
+    trailing blanks on their lines do not count (the formatter removes them,
+    section 17: lines never end in whitespace).
     `trailing_comma` flags are layout, not structure (the formatter adds the comma
     to every list it breaks), so they are ignored too; `(x,)` stays a tuple and
     `(x)` a `Paren` either way.
@@ -617,7 +619,7 @@ def same_tree(a: object, b: object) -> bool:
         return len(a) == len(b) and all(same_tree(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, Comment):
         assert isinstance(b, Comment)
-        return a.text == b.text and a.own_line == b.own_line
+        return _comment_text(a.text) == _comment_text(b.text) and a.own_line == b.own_line
     if isinstance(a, Span):
         return True
     if is_node(a):
@@ -628,3 +630,7 @@ def same_tree(a: object, b: object) -> bool:
                 return False
         return True
     return a == b
+
+
+def _comment_text(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.splitlines())

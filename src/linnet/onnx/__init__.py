@@ -1,0 +1,56 @@
+"""The ONNX backend: export Linnet entries as ONNX models and run them on ONNX Runtime.
+
+Importing `linnet` never imports onnx or onnxruntime; importing `linnet.onnx`
+imports onnx (onnxruntime only when a session is made).
+
+- `export_model(source, generics=..., weights=...)` -> `ExportedModel`
+  (`.model`, `.inputs`, `.outputs`, `.text()`, `.save(path)`, `.session()`):
+  one entry of a block, every generic bound; weights embedded as
+  initializers, or params left as graph inputs `param<N>` bound by name.
+- `export_function(source, name, generics=...)` -> `ExportedModel` of a
+  module-level entry.
+- `export_ir(fn)`: the same from an already lowered Core IR function.
+- `model_to_text` / `model_from_text`: the ONNX text form (`linnet onnx`).
+- `check_provider(model, provider)`: the clear error for a bf16 model on
+  the CPU provider.
+- `load_model` / `OnnxModel` (the runtime, `linnet.onnx.model`): sessions
+  per entry and shapes, weights as OrtValues, state kept on the device.
+
+The graph contract (names, metadata) is in `linnet.onnx.export_assemble`;
+which dtype runs where in `linnet.onnx.export_dtypes`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from linnet.onnx.export import export_function, export_model
+from linnet.onnx.export_assemble import export_ir
+from linnet.onnx.export_result import ExportedModel, GraphIO
+from linnet.onnx.export_runtime import check_provider
+from linnet.onnx.text import model_from_text, model_to_text
+
+_RUNTIME = ("OnnxModel", "load_model")
+
+
+def __getattr__(name: str) -> Any:
+    # The runtime lives in its own module; imported on first use.
+    if name in _RUNTIME:
+        from linnet.onnx import model
+
+        return getattr(model, name)
+    raise AttributeError(f"module 'linnet.onnx' has no attribute {name!r}")
+
+
+__all__ = [
+    "ExportedModel",
+    "GraphIO",
+    "OnnxModel",
+    "check_provider",
+    "export_function",
+    "export_ir",
+    "export_model",
+    "load_model",
+    "model_from_text",
+    "model_to_text",
+]
