@@ -14,8 +14,10 @@ one cached decode step. Each is timed in interleaved rounds (every path once
 per round, so drift hits all alike), after warm-up, under `torch.no_grad()`.
 The table prints the best round in milliseconds (the estimate least disturbed
 by other processes on a shared machine, as `timeit` advises), the ratio to
-eager (lower is better), and the ratio of the medians. Outputs are checked
-against eager before timing.
+eager (lower is better), and the ratio of the medians. `--clock cpu` times
+this process's CPU time instead of wall time, which other processes on a busy
+machine disturb less (use it with `--threads 1`). Outputs are checked against
+eager before timing.
 
     .venv/bin/python bench/torch_backend.py [--device cuda] [--dtype bf16] [--small] [--threads N]
 """
@@ -71,17 +73,17 @@ def random_weights(generics: dict[str, int], dtype: torch.dtype) -> dict[str, to
     return out
 
 
-def timings_ms(fns: dict[str, Callable[[], object]], rounds: int, sync: Callable[[], None]
-               ) -> dict[str, list[float]]:  # fmt: skip
+def timings_ms(fns: dict[str, Callable[[], object]], rounds: int, sync: Callable[[], None],
+               clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:  # fmt: skip
     """Milliseconds per call of each function, interleaved round by round."""
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
             sync()
-            start = time.perf_counter()
+            start = clock()
             fn()
             sync()
-            times[name].append((time.perf_counter() - start) * 1e3)
+            times[name].append((clock() - start) * 1e3)
     return times
 
 
@@ -93,6 +95,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--small", action="store_true", help="a tiny model (smoke test)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="wall time, or this process's CPU time (steadier on a shared machine)",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -141,14 +149,16 @@ def main() -> None:
         for name in ("interpreted", "generated"):
             err = (steps[name].float() - steps["eager"].float()).abs().max().item()
             assert err < tolerance, f"{name} decode differs from eager by {err}"
+        clock = time.process_time if args.clock == "cpu" else time.perf_counter
         for fns in (prefill, decode):
             timings_ms(fns, 3, sync)  # warm-up
-        prefill_ms = timings_ms(prefill, args.rounds, sync)
-        decode_ms = timings_ms(decode, args.rounds * 4, sync)
+        prefill_ms = timings_ms(prefill, args.rounds, sync, clock)
+        decode_ms = timings_ms(decode, args.rounds * 4, sync, clock)
 
     params = sum(w.numel() for w in weights.values())
     print(f"# Llama-shaped model, {params / 1e6:.1f}M params, {args.dtype} on {device}, "
-          f"{torch.get_num_threads()} threads; prompt {prompt}, cache {generics['MaxSeq']}")  # fmt: skip
+          f"{torch.get_num_threads()} threads; prompt {prompt}, cache {generics['MaxSeq']}; "
+          f"{args.clock} clock")  # fmt: skip
     print(f"# load + bind {load_s:.2f} s; first calls (lower, optimise, prepare) {compile_s:.2f} s")
     print("| path | prefill ms | vs eager | (medians) | decode step ms | vs eager | (medians) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

@@ -28,7 +28,7 @@ SOURCE = """module native_cases
 
 use std.nn.activations::{sigmoid, silu}
 use std.nn.attention::{attention, causal_mask, grouped_attention}
-use std.nn.cache::{write_span}
+use std.nn.cache::{write_at, write_span}
 use std.nn.linear::{linear}
 use std.nn.norm::{rms_norm}
 use std.nn.softmax::{softmax}
@@ -72,6 +72,13 @@ pub entry spans<B: Dim, H: Dim, S: Dim, N: Dim, D: Dim>(
 where S > 0, N > 0 {
     return (write_span(cache, value, 0), write_span(cache, value, 3), write_span(cache, value, -2),
             write_span(cache, value, 9))
+}
+
+pub entry write_one<B: Dim, H: Dim, S: Dim, D: Dim>(
+    cache: Tensor[B, H, S, D; f32], value: Tensor[B, H, 1, D; f32], at: i32,
+) -> Tensor[B, H, S, D; f32]
+where S > 0 {
+    return write_at(cache, value, at)
 }
 
 pub entry masked<B: Dim, H: Dim, Hk: Dim, Q: Dim, K: Dim, D: Dim, T: Float>(
@@ -167,17 +174,28 @@ def test_grouped_causal_attention(program, shape: tuple[int, int]) -> None:  # t
     run_case(program, "causal", [q, k, v], ["f32"] * 3, "std.nn.attention::grouped_attention")
 
 
-def test_masked_attention_with_empty_rows_and_runtime_scale(program) -> None:  # type: ignore[no-untyped-def]
-    """A fully masked row averages the values (-1e30 scores), as the canonical body does."""
-    q = data(13, "f32", (2, 4, 5, 8))
+@pytest.mark.parametrize("length", [5, 1])
+def test_masked_attention_with_empty_rows_and_runtime_scale(program, length: int) -> None:  # type: ignore[no-untyped-def]
+    """A fully masked row averages the values (-1e30 scores), as the canonical body does;
+    grouped heads are folded into the query axis (one query: a decode step)."""
+    q = data(13, "f32", (2, 4, length, 8))
     k, v = data(14, "f32", (2, 2, 6, 8)), data(15, "f32", (2, 2, 6, 8))
-    mask = data(16, "bool", (5, 6))
-    mask[2] = False
-    mask[4] = True
+    mask = data(16, "bool", (length, 6))
+    mask[length // 2] = False  # one query with no key at all
+    if length > 1:
+        mask[-1, 0] = True
     scale = np.array(0.3, np.float32)
     arrays = [q, k, v, mask, scale]
     dtypes = ["f32", "f32", "f32", "bool", "f32"]
     run_case(program, "masked", arrays, dtypes, "std.nn.attention::grouped_attention")
+
+
+@pytest.mark.parametrize("at", [0, 3, 5, -1, 6, 100])
+def test_write_at(program, at: int) -> None:  # type: ignore[no-untyped-def]
+    """One row replaced; a position outside the cache writes nothing."""
+    cache, value = data(19, "f32", (2, 3, 6, 4)), data(20, "f32", (2, 3, 1, 4))
+    arrays = [cache, value, np.array(at, np.int32)]
+    run_case(program, "write_one", arrays, ["f32", "f32", "i32"], "std.nn.cache::write_at")
 
 
 @pytest.mark.parametrize("span", [2, 4, 7])
