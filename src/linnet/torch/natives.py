@@ -17,6 +17,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.norm::rms_norm` | `F.rms_norm` on f32, cast to `T`, times the weight (the spec's order) |
 | `std.nn.softmax::softmax` | `torch.softmax` on f32, cast to `T` |
 | `std.nn.activations::silu`, `sigmoid` | `F.silu`, `torch.sigmoid` |
+| `std.nn.activations::gelu_erf` | `0.5 x erfc(-x / sqrt 2)` in f32 (native erfc), cast to `T` |
 | `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 |
 | `std.nn.cache::write_at` | `index_copy` of the one row (out of place) |
 | `std.nn.cache::write_span` at a constant position | the cache slices and the span, concatenated |
@@ -162,6 +163,18 @@ def _find_elementwise(callee: str, kernel: Kernel, spelled: str) -> Finder:
         return Native(callee, kernel, lambda a: f"{spelled}({a[0]})")
 
     return find
+
+
+def gelu_erf(x: torch.Tensor) -> torch.Tensor:
+    """stdlib.md 5 `gelu_erf`: exact GELU `x * Phi(x)` in f32 with the native erfc, cast to `T`.
+
+    NOTE: written with erfc rather than `F.gelu`, whose `1 + erf(x / sqrt(2))`
+    cancels to 0 in f32 below x = -5.4 where the true value is ~1e-7; erfc
+    keeps the tail, as the canonical body's `pdf * poly` does.
+    """
+    xf = x.to(torch.float32)
+    return (0.5 * xf * torch.special.erfc(xf * -0.7071067811865476)).to(x.dtype)
+
 
 
 # -- attention ---------------------------------------------------------------------------
@@ -348,6 +361,9 @@ FINDERS: dict[str, Finder] = {
     "std.nn.activations::silu": _find_elementwise("std.nn.activations::silu", F.silu, "F.silu"),
     "std.nn.activations::sigmoid": _find_elementwise(
         "std.nn.activations::sigmoid", torch.sigmoid, "torch.sigmoid"
+    ),
+    "std.nn.activations::gelu_erf": _find_elementwise(
+        "std.nn.activations::gelu_erf", gelu_erf, "natives.gelu_erf"
     ),
     "std.nn.attention::attention": find_attention,
     "std.nn.attention::grouped_attention": find_attention,
