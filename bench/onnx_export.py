@@ -1,0 +1,230 @@
+"""Benchmark: `linnet.onnx.export_model` against `torch.onnx.export(dynamo=True)` on one Llama.
+
+Both tools export the same random weights of a Llama, TinyLlama-1.1B-shaped by
+default (22 layers, H=2048, 32 heads, 4 KV heads, f32), each in a process of
+its own so that time and peak memory (the child's maximum resident set) are
+its alone:
+
+- linnet: `export_model` of examples/01-llama (transformers' `LlamaForCausalLM`
+  in Linnet) from a SafeTensors file, the `prefill` entry for 32 tokens and
+  the `decode` entry, each written with its weights (external data);
+- torch: transformers' `LlamaForCausalLM` loaded from the same file, exported
+  by `torch.onnx.export(..., dynamo=True)` for a 32-token `input_ids` without a
+  KV cache (`use_cache=False`), written with external data.
+
+Then ONNX Runtime (CPU provider, default session options) runs a 32-token
+forward on each graph, also in processes of their own: session creation time
+and the median latency over interleaved-free repeated runs. Each table row
+carries the ratio to the peer; the aim for linnet's export is under 12 s and a
+peak under 1.2x the weight bytes at TinyLlama shapes.
+
+    .venv/bin/python bench/onnx_export.py [--small] [--layers N] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "examples" / "01-llama" / "src" / "lib.linnet"
+TINYLLAMA = {"Vocab": 32000, "H": 2048, "Heads": 32, "KvHeads": 4, "Inner": 5632, "Layers": 22}
+SMALL = {"Vocab": 256, "H": 64, "Heads": 4, "KvHeads": 2, "Inner": 176, "Layers": 2}
+TOKENS = 32
+MAX_SEQ = 64
+
+
+def peak_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kilobytes
+
+
+def hf_config(sizes: dict[str, int]) -> Any:
+    import transformers
+
+    return transformers.LlamaConfig(
+        vocab_size=sizes["Vocab"], hidden_size=sizes["H"], num_attention_heads=sizes["Heads"],
+        num_key_value_heads=sizes["KvHeads"], head_dim=sizes["H"] // sizes["Heads"],
+        intermediate_size=sizes["Inner"], num_hidden_layers=sizes["Layers"],
+        max_position_embeddings=MAX_SEQ, rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=False, use_cache=False, attn_implementation="eager",
+    )  # fmt: skip
+
+
+# -- the children -------------------------------------------------------------------------
+
+
+def child_weights(sizes: dict[str, int], work: Path) -> dict[str, Any]:
+    """Seeded transformers weights as one SafeTensors file (the shared input)."""
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(hf_config(sizes)).eval()
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(work / "weights.safetensors"))
+    return {"bytes": sum(v.numel() * v.element_size() for v in state.values())}
+
+
+def child_linnet(sizes: dict[str, int], work: Path) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT / "src"))
+    from linnet.onnx import export_model
+
+    generics = {**sizes, "Batch": 1, "MaxSeq": MAX_SEQ, "T": "f32"}
+    weights = work / "weights.safetensors"
+    out = work / "linnet"
+    out.mkdir(exist_ok=True)
+    times = {}
+    for entry, own in (("prefill", {"S": TOKENS}), ("decode", {})):
+        start = time.perf_counter()
+        exported = export_model(SOURCE, generics={**generics, **own}, weights=weights, entry=entry)
+        exported.save(out / f"{entry}.onnx", external_data=True)
+        times[entry] = time.perf_counter() - start
+        del exported
+    return {"seconds": sum(times.values()), "entries": times, "peak": peak_bytes()}
+
+
+def child_torch(sizes: dict[str, int], work: Path) -> dict[str, Any]:
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(hf_config(sizes))
+    model.load_state_dict(load_file(str(work / "weights.safetensors")), assign=True)
+    model.model.rotary_emb = type(model.model.rotary_emb)(model.config)  # off the meta device
+    model.eval()
+    ids = torch.zeros((1, TOKENS), dtype=torch.int64)
+    out = work / "torch"
+    out.mkdir(exist_ok=True)
+    start = time.perf_counter()
+    with torch.no_grad():
+        torch.onnx.export(model, (ids,), str(out / "model.onnx"), dynamo=True,
+                          input_names=["input_ids"], output_names=["logits"],
+                          external_data=True)  # fmt: skip
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "peak": peak_bytes()}
+
+
+def child_latency(sizes: dict[str, int], work: Path, which: str, rounds: int) -> dict[str, Any]:
+    """Session creation and median 32-token forward latency of one exported graph."""
+    import onnxruntime as ort
+
+    path = work / ("linnet/prefill.onnx" if which == "linnet" else "torch/model.onnx")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    start = time.perf_counter()
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    create = time.perf_counter() - start
+    ids = np.random.default_rng(1).integers(0, sizes["Vocab"], (1, TOKENS))
+    feeds: dict[str, Any] = {}
+    for value in session.get_inputs():
+        if value.name in ("tokens", "input_ids"):
+            feeds[value.name] = ids.astype(np.int32 if value.type == "tensor(int32)" else np.int64)
+        elif value.name == "start":
+            feeds[value.name] = np.array(0, np.int32)
+        else:  # KV-cache state: zeros
+            feeds[value.name] = np.zeros(value.shape, np.float32)
+    first_output = session.get_outputs()[0].name
+    logits = session.run([first_output], feeds)[0]
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        session.run([first_output], feeds)
+        times.append(time.perf_counter() - start)
+    np.save(work / f"{which}_logits.npy", np.asarray(logits, np.float32).reshape(TOKENS, -1))
+    return {"create": create, "latency": statistics.median(times), "peak": peak_bytes()}
+
+
+# -- the parent ---------------------------------------------------------------------------
+
+
+def run_child(name: str, args: argparse.Namespace, work: Path, *extra: str) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", name, "--work", str(work),
+               "--layers", str(args.layers or 0), "--rounds", str(args.rounds), *extra]  # fmt: skip
+    if args.small:
+        command.append("--small")
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout + done.stderr)
+        raise SystemExit(f"the {name} child failed (exit {done.returncode})")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def sizes_of(args: argparse.Namespace) -> dict[str, int]:
+    sizes = dict(SMALL if args.small else TINYLLAMA)
+    if args.layers:
+        sizes["Layers"] = args.layers
+    return sizes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", action="store_true", help="a tiny model (smoke test)")
+    parser.add_argument("--layers", type=int, default=0, help="override the number of layers")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--keep", type=Path, help="keep the exported files in this folder")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--which", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    sizes = sizes_of(args)
+    if args.child:
+        children = {
+            "weights": lambda: child_weights(sizes, args.work),
+            "linnet": lambda: child_linnet(sizes, args.work),
+            "torch": lambda: child_torch(sizes, args.work),
+            "latency": lambda: child_latency(sizes, args.work, args.which, args.rounds),
+        }
+        print(json.dumps(children[args.child]()))
+        return
+
+    work = Path(tempfile.mkdtemp(prefix="onnx_export_bench_", dir=args.keep))
+    try:
+        weight_bytes = run_child("weights", args, work)["bytes"]
+        linnet = run_child("linnet", args, work)
+        torch_run = run_child("torch", args, work)
+        ours = run_child("latency", args, work, "--which", "linnet")
+        theirs = run_child("latency", args, work, "--which", "torch")
+        gap = float(np.abs(np.load(work / "linnet_logits.npy")
+                           - np.load(work / "torch_logits.npy")).max())  # fmt: skip
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+    gb = 1e9
+    print(f"# Llama {sizes}, f32, {weight_bytes / gb:.2f} GB of weights; {os.cpu_count()} cores; "
+          f"each tool in its own process; max |logit difference| between the graphs {gap:.1e}")  # fmt: skip
+    print("| export | seconds | vs torch | peak GB | peak / weight bytes | vs torch |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    rows = (("linnet export_model (prefill + decode)", linnet),
+            ("torch.onnx.export(dynamo=True)", torch_run))  # fmt: skip
+    for name, r in rows:
+        print(f"| {name} | {r['seconds']:.1f} | {r['seconds'] / torch_run['seconds']:.2f}x | "
+              f"{r['peak'] / gb:.2f} | {r['peak'] / weight_bytes:.2f}x | "
+              f"{r['peak'] / torch_run['peak']:.2f}x |")  # fmt: skip
+    entries = ", ".join(f"{k} {v:.1f} s" for k, v in linnet["entries"].items())
+    print(f"# linnet per entry: {entries}; aim: < 12 s and < 1.2x the weight bytes")
+    print("| graph on ONNX Runtime (CPU) | session s | 32-token forward ms | vs torch |")
+    print("| --- | --- | --- | --- |")
+    for name, r in (("linnet prefill", ours), ("torch dynamo", theirs)):
+        print(f"| {name} | {r['create']:.1f} | {r['latency'] * 1e3:.1f} | "
+              f"{r['latency'] / theirs['latency']:.2f}x |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
