@@ -72,7 +72,10 @@ def main() -> None:
     py_s = best_of(args.repeat, lambda: ast.parse(py_text))
 
     bare = process_time([sys.executable, "-c", "pass"], args.repeat * 3)
-    check_cmd = [sys.executable, "-m", "linnet", "check", str(MODEL)]
+    # The console script is what users run; `python -m linnet` adds runpy's imports.
+    script = Path(sys.executable).with_name("linnet")
+    launcher = [str(script)] if script.exists() else [sys.executable, "-m", "linnet"]
+    check_cmd = [*launcher, "check", str(MODEL)]
     whole = process_time(check_cmd, args.repeat * 3)
     probe = (
         f"import sys, runpy; sys.argv = ['linnet', 'check', {str(MODEL)!r}]\n"
