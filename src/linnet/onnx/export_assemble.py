@@ -38,7 +38,8 @@ from linnet.ir.core import Function, Op, Region, TensorType, numpy_dtype
 from linnet.ir.ops import OP_KINDS
 from linnet.onnx.export_control import RULES as CONTROL_RULES
 from linnet.onnx.export_elementwise import RULES as ELEMENTWISE_RULES
-from linnet.onnx.export_graph import Emitter, Rule, fill_tensor, value_info
+from linnet.onnx.export_graph import Emitter, Rule, describe_tensor, little_endian, value_info
+from linnet.onnx.export_payload import INLINE_LIMIT
 from linnet.onnx.export_reduce import RULES as REDUCE_RULES
 from linnet.onnx.export_result import ExportedModel, GraphIO, Role
 from linnet.onnx.export_shapes import RULES as SHAPE_RULES
@@ -143,8 +144,7 @@ def export_ir(
         graph, opset_imports=opsets, producer_name="linnet", producer_version=__version__
     )
     model.ir_version = IR_VERSION
-    if weights is not None:
-        _add_initializers(model.graph, param_io, weights)
+    payload = _add_initializers(model.graph, param_io, weights) if weights is not None else {}
     helper.set_model_props(model, _metadata(fn.name, provider, param_io, state_io, outputs))
     return ExportedModel(
         model,
@@ -153,6 +153,7 @@ def export_ir(
         fn,
         provider,
         weights is not None,
+        payload,
     )
 
 
@@ -165,24 +166,34 @@ def _output(
 
 def _add_initializers(
     graph: onnx.GraphProto, param_io: Sequence[GraphIO], weights: Mapping[str, Any]
-) -> None:
-    """The weights as initializers, filled in place.
+) -> dict[str, np.ndarray[Any, Any]]:
+    """The weights as initializers: declared in place, their data returned by name.
 
-    NOTE: `make_graph(initializer=...)` and `CopyFrom` copy a message by
-    serialising it, which fails past 2 GB; in-place fields have no such limit
-    and copy each tensor's bytes once.
+    Only weights under `INLINE_LIMIT` bytes are embedded here; the others
+    stay in their arrays (no copy: a memory-mapped checkpoint stays mapped)
+    until `ExportedModel.model` or `.save` needs them (`export_payload`).
+    In-place fields, because `make_graph(initializer=...)` and `CopyFrom`
+    copy a message by serialising it, which fails past 2 GB.
     """
     missing = [io.path for io in param_io if io.path not in weights]
     if missing:
         shown = ", ".join(f"`{p}`" for p in missing[:8])
         more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
         raise LinnetError(f"the weights lack {shown}{more}, which the entry reads")
+    payload: dict[str, np.ndarray[Any, Any]] = {}
     for io in param_io:
         array = np.asarray(weights[io.path or ""])
         if array.shape != io.type.shape or array.dtype != numpy_dtype(io.type.dtype):
             shown = f"{array.dtype}{list(array.shape)}"
             raise LinnetError(f"weight `{io.path}` is {shown}, the model declares {io.type}")
-        fill_tensor(graph.initializer.add(), io.name, array, io.type.dtype)
+        value = little_endian(array, io.type.dtype)
+        tensor = graph.initializer.add()
+        describe_tensor(tensor, io.name, value, io.type.dtype)
+        if value.nbytes < INLINE_LIMIT:
+            tensor.raw_data = value.tobytes()
+        else:
+            payload[io.name] = value
+    return payload
 
 
 def _metadata(

@@ -49,17 +49,33 @@ def contiguous(value: object, dtype: str) -> np.ndarray[Any, Any]:
     return array if array.flags.c_contiguous else array.copy(order="C")
 
 
+def little_endian(array: object, dtype: str) -> np.ndarray[Any, Any]:
+    """`array` as a C-contiguous little-endian array of `dtype`: ONNX's raw byte layout.
+
+    No copy when `array` already is one (a memory-mapped checkpoint tensor stays mapped).
+    """
+    value = contiguous(array, dtype)
+    if value.dtype.byteorder == ">" or (value.dtype.byteorder == "=" and sys.byteorder == "big"):
+        value = value.byteswap().view(value.dtype.newbyteorder("<"))
+    return value
+
+
+def describe_tensor(
+    tensor: onnx.TensorProto, name: str, value: np.ndarray[Any, Any], dtype: str
+) -> None:
+    """Name, element type and dims of `tensor`, without its data."""
+    tensor.name = name
+    tensor.data_type = onnx_type(dtype)
+    tensor.dims.extend(value.shape)
+
+
 def fill_tensor(
     tensor: onnx.TensorProto, name: str, array: np.ndarray[Any, Any], dtype: str
 ) -> None:
     """Store `array` as `dtype` in `tensor`: raw little-endian bytes (bf16 as its 16-bit pattern)."""
-    value = contiguous(array, dtype)
-    if value.dtype.byteorder == ">" or (value.dtype.byteorder == "=" and sys.byteorder == "big"):
-        value = value.byteswap().view(value.dtype.newbyteorder("<"))
-    tensor.name = name
-    tensor.data_type = onnx_type(dtype)
-    tensor.dims.extend(value.shape)
-    tensor.raw_data = value.tobytes()
+    value = little_endian(array, dtype)
+    describe_tensor(tensor, name, value, dtype)
+    tensor.raw_data = value.tobytes()  # protobuf takes only `bytes`: one copy, unavoidable
 
 
 def tensor_proto(array: np.ndarray[Any, Any], dtype: str, name: str = "") -> onnx.TensorProto:

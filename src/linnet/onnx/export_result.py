@@ -5,10 +5,14 @@ built and the description of its inputs and outputs. Out: `.model`,
 `.inputs`/`.outputs` (`GraphIO`: ONNX name, role, IR type, Linnet path),
 `.text()` (the ONNX text form), `.save(path)` and `.session(provider)`.
 
-A protobuf message cannot be serialised past 2 GB (field-notes.md), so
-`save` writes the tensors to `<file>.data` beside the model when they add
-up to more than `PROTOBUF_LIMIT` (or when asked to), and puts the data back
-into the in-memory model afterwards so that `.model` stays complete.
+Embedded weights stay out of the message until someone needs them there
+(`export_payload`): `.model` puts them in on first use (a complete
+in-memory model, what small models and tests want), while `save` with
+external data writes them straight from the arrays and never builds them
+into the message at all. A protobuf message cannot be serialised past 2 GB
+(field-notes.md), so `save` writes the tensors to `<file>.data` beside the
+model when they add up to more than `PROTOBUF_LIMIT` (or when asked to);
+`.model` stays complete (or completable) either way.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import onnx
 
 from linnet.errors import LinnetError
 from linnet.ir.core import Function, TensorType
+from linnet.onnx.export_payload import Payload, materialize, payload_bytes, write_external
 from linnet.records import record
 
 if TYPE_CHECKING:
@@ -49,9 +54,13 @@ class GraphIO:
     path: str | None = None
 
 
-def tensor_bytes(model: onnx.ModelProto) -> int:
-    """Payload bytes of the model's initializers and constant tensors (main graph)."""
-    total = sum(_payload(t) for t in model.graph.initializer)
+def tensor_bytes(model: onnx.ModelProto, skip: Payload | None = None) -> int:
+    """Payload bytes of the model's initializers and constant tensors (main graph).
+
+    Initializers named in `skip` (data still outside the message) are not counted.
+    """
+    skipped = skip or {}
+    total = sum(_payload(t) for t in model.graph.initializer if t.name not in skipped)
     for node in model.graph.node:
         if node.op_type == "Constant":
             total += sum(_payload(a.t) for a in node.attribute if a.name == "value")
@@ -72,21 +81,46 @@ def needs_external_data(model: onnx.ModelProto, limit: int = PROTOBUF_LIMIT) -> 
     return tensor_bytes(model) + _MARGIN > limit
 
 
-@record(eq=False)
 class ExportedModel:
     """An exported entry (see the module docstring).
 
     `embedded` says whether params are initializers (weights given) or graph
     inputs to bind by name; `provider` is the ONNX Runtime provider the graph's
-    dtype and kernel choices were made for.
+    dtype and kernel choices were made for. `payload` holds the data of
+    initializers declared in `model` without it (`export_payload`).
     """
 
-    model: onnx.ModelProto
-    inputs: tuple[GraphIO, ...]
-    outputs: tuple[GraphIO, ...]
-    function: Function
-    provider: str
-    embedded: bool
+    __slots__ = ("_model", "_payload", "embedded", "function", "inputs", "outputs", "provider")
+
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        inputs: tuple[GraphIO, ...],
+        outputs: tuple[GraphIO, ...],
+        function: Function,
+        provider: str,
+        embedded: bool,
+        payload: Payload | None = None,
+    ) -> None:
+        self._model = model
+        self._payload: dict[str, Any] = dict(payload or {})
+        self.inputs = inputs
+        self.outputs = outputs
+        self.function = function
+        self.provider = provider
+        self.embedded = embedded
+
+    def __repr__(self) -> str:
+        shown = ", ".join(io.name for io in self.inputs)
+        return f"ExportedModel({self._model.graph.name}({shown}), provider={self.provider!r})"
+
+    @property
+    def model(self) -> onnx.ModelProto:
+        """The complete `ModelProto`; the first use puts pending weights into it (a copy)."""
+        if self._payload:
+            materialize(self._model, self._payload)
+            self._payload = {}
+        return self._model
 
     @property
     def graph_inputs(self) -> tuple[GraphIO, ...]:
@@ -109,25 +143,26 @@ class ExportedModel:
         external_data: bool | None = None,
         limit: int = PROTOBUF_LIMIT,
     ) -> Path:
-        """Write the model; tensors go to `<name>.data` past `limit` bytes (or if asked)."""
+        """Write the model; tensors go to `<name>.data` past `limit` bytes (or if asked).
+
+        Pending weights (`.model` not used yet) go from their arrays to the
+        data file in one pass; a model whose weights are already in the
+        message goes through onnx's external-data writer.
+        """
         target = Path(path)
+        inline = tensor_bytes(self._model, self._payload)
         use_external = (
-            needs_external_data(self.model, limit) if external_data is None else external_data
+            inline + payload_bytes(self._payload) + _MARGIN > limit
+            if external_data is None
+            else external_data
         )
         try:
-            if not use_external:
+            if use_external and self._payload and inline + _MARGIN <= limit:
+                write_external(self._model, self._payload, target)
+            elif not use_external:
                 onnx.save_model(self.model, target)
-                return target
-            onnx.save_model(
-                self.model,
-                target,
-                save_as_external_data=True,
-                all_tensors_to_one_file=True,
-                location=f"{target.name}.data",
-                size_threshold=1024,
-            )
-            # save_model moved the payload out of the message; read it back in.
-            onnx.load_external_data_for_model(self.model, str(target.parent))
+            else:
+                _save_with_onnx(self.model, target)
         except OSError as exc:
             raise LinnetError(f"cannot write `{target}`: {exc.strerror or exc}") from None
         return target
@@ -137,3 +172,21 @@ class ExportedModel:
         from linnet.onnx.export_runtime import inference_session
 
         return inference_session(self.model, provider or self.provider, **options)
+
+
+def _save_with_onnx(model: onnx.ModelProto, target: Path) -> None:
+    """External data by onnx's writer (constants included), then the data read back in.
+
+    save_model moves the payload out of the message; reading it back keeps
+    `.model` complete. Only models whose weights were already in the message,
+    or whose constants alone pass the limit, come here.
+    """
+    onnx.save_model(
+        model,
+        target,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=f"{target.name}.data",
+        size_threshold=1024,
+    )
+    onnx.load_external_data_for_model(model, str(target.parent))

@@ -173,7 +173,8 @@ def gelu_erf(x: torch.Tensor) -> torch.Tensor:
     keeps the tail, as the canonical body's `pdf * poly` does.
     """
     xf = x.to(torch.float32)
-    return (0.5 * xf * torch.special.erfc(xf * -0.7071067811865476)).to(x.dtype)
+    tail: torch.Tensor = torch.special.erfc(xf * -0.7071067811865476)
+    return (0.5 * xf * tail).to(x.dtype)
 
 
 
