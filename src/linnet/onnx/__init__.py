@@ -15,6 +15,8 @@ imports onnx (onnxruntime only when a session is made).
   the CPU provider.
 - `load_model` / `OnnxModel` (the runtime, `linnet.onnx.model`): sessions
   per entry and shapes, weights as OrtValues, state kept on the device.
+- `import_onnx(model, output=...)` -> `ImportResult` (`linnet.onnx.importer`):
+  an ONNX graph back to checked, formatted Linnet source and SafeTensors.
 
 The graph contract (names, metadata) is in `linnet.onnx.export_assemble`;
 which dtype runs where in `linnet.onnx.export_dtypes`.
@@ -31,25 +33,32 @@ from linnet.onnx.export_runtime import check_provider
 from linnet.onnx.text import model_from_text, model_to_text
 
 _RUNTIME = ("OnnxModel", "load_model")
+_IMPORTER = ("ImportResult", "import_onnx")
 
 
 def __getattr__(name: str) -> Any:
-    # The runtime lives in its own module; imported on first use.
+    # The runtime and the importer live in their own modules; imported on first use.
     if name in _RUNTIME:
         from linnet.onnx import model
 
         return getattr(model, name)
+    if name in _IMPORTER:
+        from linnet.onnx import importer
+
+        return getattr(importer, name)
     raise AttributeError(f"module 'linnet.onnx' has no attribute {name!r}")
 
 
 __all__ = [
     "ExportedModel",
     "GraphIO",
+    "ImportResult",
     "OnnxModel",
     "check_provider",
     "export_function",
     "export_ir",
     "export_model",
+    "import_onnx",
     "load_model",
     "model_from_text",
     "model_to_text",

@@ -1,0 +1,192 @@
+"""The translation driver: every node of a graph through its translator, in order.
+
+Stage: translation (see `linnet.sourcegen.translate` for the translator
+interface). In: a `Graph`, a `Registry`, the member `Layout`. Out: a
+`Translation`. Per node: shape subgraphs fold first (`linnet.sourcegen.fold`);
+otherwise the node's translator runs; a recovered pattern whose translator
+refuses falls back to the chain as written; a node without a translator, or
+whose translator refuses, is recorded as a refusal and the nodes reading its
+results are skipped (and reported only if they are unmapped themselves).
+Statements nothing reads are dropped at the end.
+"""
+
+from __future__ import annotations
+
+from linnet.check.dims import Dim
+from linnet.sourcegen import build
+from linnet.sourcegen.graph import Graph, Node, TensorInfo
+from linnet.sourcegen.layout import Layout
+from linnet.sourcegen.names import sanitize
+from linnet.sourcegen.translate import (
+    _FOLD_LIMIT,
+    Context,
+    Refusal,
+    Registry,
+    Translation,
+    Unsupported,
+    Value,
+    numpy_dtype_name,
+)
+
+
+def run(graph: Graph, registry: Registry, layout: Layout) -> Translation:
+    """Translate every node of `graph` in order (see the module docstring).
+
+    Nodes without a translator, and nodes whose translator raises
+    `Unsupported`, are collected in `Translation.refusals`; nodes that read
+    their outputs are skipped, not reported (their cause already is).
+    """
+    t = Translation(graph, layout)
+    stored_inputs = {name for name in graph.paths if name not in graph.initializers}
+    for info in graph.inputs:
+        if info.name in graph.initializers:
+            continue  # an input with a default (an initializer) is a stored tensor
+        if info.name in stored_inputs:
+            # Weights left as graph inputs (`param<N>` of an export without weights).
+            t.values[info.name] = _stored_input(t, info)
+            continue
+        t.values[info.name] = _input_value(t, info)
+    for name, arr in graph.initializers.items():
+        if name in t.values:
+            continue
+        dtype = numpy_dtype_name(arr.dtype)
+        t.values[name] = Value(
+            tuple(Dim.const(int(s)) for s in arr.shape),
+            dtype,
+            const=arr if arr.size <= _FOLD_LIMIT or name not in graph.paths else None,
+            source=None if arr.ndim == 0 and name not in graph.paths else name,
+        )
+        if arr.ndim == 0 and name not in graph.paths:
+            t.values[name].const = arr
+    for name, arr in graph.constants.items():
+        t.values[name] = Value(
+            tuple(Dim.const(int(s)) for s in arr.shape), numpy_dtype_name(arr.dtype), const=arr
+        )
+    dead: set[str] = set()
+    for node in graph.nodes:
+        _translate_node(t, registry, node, dead)
+    for info in graph.outputs:
+        if info.name in t.values:
+            value = t.values[info.name]
+            if value.expr is None:
+                Context(t, Node("Output", "", info.name, (), (info.name,))).ref(value)
+            t.results.append(value)
+    dropped = drop_unused_statements(t)
+    if dropped:
+        t.notes.append(f"dropped {dropped} computed values nothing reads")
+    return t
+
+
+def drop_unused_statements(t: Translation) -> int:
+    """Remove `let` statements nothing reads (values only a `Shape` looked at, a mask
+    recovered into a std call): generated code has no unused locals."""
+    from linnet.sourcegen.outline import _CACHE
+
+    _CACHE.append({})
+    try:
+        return _drop_unused(t)
+    finally:
+        _CACHE.pop()
+
+
+def _drop_unused(t: Translation) -> int:
+    from linnet.sourcegen.outline import defined, names_read
+
+    removed = 0
+    while True:
+        read: set[str] = set()
+        for v in t.results:
+            if v.expr is not None:
+                read |= names_read(v.expr)
+        for stmt in t.body:
+            read |= names_read(stmt)
+        kept = [s for s in t.body if defined(s) in read]
+        if len(kept) == len(t.body):
+            return removed
+        removed += len(t.body) - len(kept)
+        t.body = kept
+
+
+def _translate_node(t: Translation, registry: Registry, node: Node, dead: set[str]) -> None:
+    fn = registry.lookup(node.domain, node.op)
+    if any(i in dead for i in node.inputs if i):
+        # Downstream of a refused node: reported only if it is unmapped itself.
+        if fn is None:
+            t.refusals.append(Refusal(node, "no translation for this operator"))
+        dead.update(o for o in node.outputs if o)
+        return
+    missing = [i for i in node.inputs if i and i not in t.values]
+    if fn is None:
+        t.refusals.append(Refusal(node, "no translation for this operator"))
+        dead.update(o for o in node.outputs if o)
+        return
+    if missing:
+        t.refusals.append(Refusal(node, f"reads `{missing[0]}`, which nothing defines"))
+        dead.update(o for o in node.outputs if o)
+        return
+    from linnet.sourcegen.fold import fold_symbolic
+
+    folded = fold_symbolic(t, node)
+    if folded is not None and len(folded) >= len([o for o in node.outputs if o]):
+        for out, value in zip(node.outputs, folded, strict=False):
+            if out:
+                t.values[out] = value
+        return
+    ctx = Context(t, node)
+    mark = len(t.body)
+    try:
+        fn(ctx)
+        for i, out in enumerate(node.outputs):
+            if out and i not in ctx._outputs:
+                raise Unsupported(f"output {i} is not produced")
+    except Unsupported as exc:
+        del t.body[mark:]
+        fallback = node.attrs.get("_fallback")
+        if fallback:
+            # A recovered pattern the standard op cannot express: as written.
+            t.notes.append(
+                f"kept as written: `{node.op}` at `{node.outputs[0]}` ({exc or 'not supported'})"
+            )
+            for inner in fallback:
+                _translate_node(t, registry, inner, dead)
+            return
+        t.refusals.append(Refusal(node, str(exc) or "not supported"))
+        dead.update(o for o in node.outputs if o)
+        return
+    for i, out in enumerate(node.outputs):
+        if out:
+            t.values[out] = ctx._outputs[i]
+    note = node.attrs.get("_note")
+    if note:
+        t.notes.append(str(note))
+
+
+def _input_value(t: Translation, info: TensorInfo) -> Value:
+    if info.dtype is None:
+        raise Unsupported(f"graph input `{info.name}` has a dtype Linnet lacks")
+    dims: list[Dim] = []
+    if info.shape is None:
+        raise Unsupported(f"graph input `{info.name}` has no known rank")
+    for axis, d in enumerate(info.shape):
+        dim = t.generic(d) if isinstance(d, str) and d else t.dim_of(d)
+        if dim is None:
+            t.opaque_dims += 1
+            dim = t.generic(f"{sanitize(info.name, 'x')}_{axis}".lower())
+        dims.append(dim)
+    name = t.locals.fresh(sanitize(info.name, "x"))
+    value = Value(tuple(dims), info.dtype, expr=build.name(name))
+    t.inputs.append((name, value))
+    t.local_values[name] = value
+    return value
+
+
+def _stored_input(t: Translation, info: TensorInfo) -> Value:
+    dims: list[Dim] = []
+    for d in info.shape or ():
+        dim = t.dim_of(d)
+        if dim is None:
+            raise Unsupported(f"weight input `{info.name}` has a symbolic shape")
+        dims.append(dim)
+    if info.dtype is None:
+        raise Unsupported(f"weight input `{info.name}` has a dtype Linnet lacks")
+    return Value(tuple(dims), info.dtype, source=info.name)

@@ -1,0 +1,177 @@
+"""Module assembly: a translated graph -> one Linnet file (syntax tree), formatted.
+
+Stage: after translation. In: a `Translation` (entry body, inputs, results,
+facts, std imports) and its `Layout` (the member tree). Out: an `ast.File`:
+the `use` lines, one block per block type of the layout (children first),
+and the root block holding the members and the entry
+
+    pub entry forward<batch: Dim, seq: Dim>(input_ids: Tensor[batch, seq; i64])
+        -> Tensor[batch, seq, 50257; f32]
+    where seq <= 1024 { ... }
+
+whose generics are the graph's symbolic extents and whose `where` clause
+states exactly the facts translation relied on. `format_module` prints it
+with the formatter (section 17).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from linnet.check.dims import Dim
+from linnet.sourcegen import build
+from linnet.sourcegen.layout import Layout, Leaf, Tree, element_type
+from linnet.sourcegen.translate import Translation, Value
+from linnet.syntax import ast
+from linnet.syntax.format import format_file
+
+__all__ = ["assemble", "format_module"]
+
+
+def assemble(
+    t: Translation,
+    layout: Layout,
+    *,
+    module_name: str,
+    entry_name: str = "forward",
+    extra_items: Sequence[ast.Item] = (),
+    methods: dict[str, list[ast.FnDecl]] | None = None,
+) -> ast.File:
+    """The file for translation `t` (see the module docstring); `methods` are added
+    to the block types they are keyed by (outlined array elements)."""
+    _prune(layout.root)
+    uses = tuple(
+        ast.UseDecl(
+            tuple(build.ident(p) for p in ["std", *module.split(".")]),
+            tuple(_imported(item, local) for item, local in sorted(items.items())),
+            True,
+            False,
+            build.SPAN,
+        )
+        for module, items in sorted(t.uses.items())
+    )
+    blocks: list[ast.Item] = []
+    seen: set[str] = set()
+    _block_decls(layout.root, blocks, seen, root=True, methods=methods or {})
+    root = blocks.pop()
+    assert isinstance(root, ast.BlockDecl)
+    entry = _entry(t, entry_name)
+    root = ast.BlockDecl(True, root.name, None, None, (*root.parts, entry), build.SPAN, build.SPAN)
+    items = (*extra_items, *blocks, root)
+    module = tuple(build.ident(p) for p in module_name.split("."))
+    return ast.File(module, build.SPAN, uses, items, (), build.SPAN)
+
+
+def format_module(file: ast.File) -> str:
+    return format_file(file, build.SPAN.file)
+
+
+def _imported(item: str, local: str) -> ast.Imported:
+    alias = None if local == item else build.ident(local)
+    return ast.Imported(build.ident(item), alias, build.SPAN)
+
+
+def _prune(tree: Tree) -> bool:
+    """Drop members nothing reads; arrays keep every element whole. True if anything is left."""
+    if tree.array:
+        used = any(leaf.used for leaf in tree.leaves())
+        return used
+    for key, child in list(tree.children.items()):
+        keep = child.used if isinstance(child, Leaf) else _prune(child)
+        if not keep:
+            del tree.children[key]
+    return bool(tree.children)
+
+
+def _block_decls(
+    tree: Tree,
+    out: list[ast.Item],
+    seen: set[str],
+    *,
+    root: bool,
+    methods: dict[str, list[ast.FnDecl]],
+) -> None:
+    """Declarations for `tree`'s block type and every type below it, children first."""
+    for child in tree.children.values():
+        if isinstance(child, Tree):
+            inner = element_type(child) if child.array else child
+            _block_decls(inner, out, seen, root=False, methods=methods)
+    if tree.type_name in seen:
+        return
+    seen.add(tree.type_name)
+    parts: list[ast.MemberDecl | ast.Item] = []
+    for key, child in tree.children.items():
+        if isinstance(child, Leaf):
+            dims = [build.int_lit(d) for d in (child.shape or (1,))]
+            decl_type = build.tensor_type(dims, child.dtype)
+            parts.append(ast.MemberDecl("param", build.ident(key), decl_type, None, build.SPAN))
+        elif child.array:
+            elem = element_type(child)
+            arr = build.array_type(
+                build.named_type(elem.type_name), build.int_lit(len(child.children))
+            )
+            parts.append(ast.MemberDecl("sub", build.ident(key), arr, None, build.SPAN))
+        else:
+            sub_type = build.named_type(child.type_name)
+            parts.append(ast.MemberDecl("sub", build.ident(key), sub_type, None, build.SPAN))
+    parts.extend(methods.get(tree.type_name, []))
+    out.append(
+        ast.BlockDecl(
+            True, build.ident(tree.type_name), None, None, tuple(parts), build.SPAN, build.SPAN
+        )
+    )
+
+
+def _entry(t: Translation, name: str) -> ast.FnDecl:
+    generics = None
+    if t.generics:
+        generics = ast.Generics(
+            tuple(
+                ast.GenericParam(build.ident(g), False, "Dim", build.SPAN, None, build.SPAN)
+                for g in t.generics
+            ),
+            False,
+            build.SPAN,
+        )
+    params = ast.Params(
+        tuple(
+            ast.Param(build.ident(pname), value_type(v), None, build.SPAN) for pname, v in t.inputs
+        ),
+        False,
+        build.SPAN,
+    )
+    result: ast.Type
+    if len(t.results) == 1:
+        result = value_type(t.results[0])
+        value = _result_expr(t, t.results[0])
+    else:
+        result = build.tuple_type([value_type(v) for v in t.results])
+        value = build.tuple_expr([_result_expr(t, v) for v in t.results])
+    where = None
+    if t.where:
+        where = ast.Where(
+            tuple(
+                ast.Binary(rel, build.dim(lhs), build.dim(rhs), build.SPAN, build.SPAN)  # type: ignore[arg-type]
+                for lhs, rel, rhs in t.where
+            ),
+            False,
+            build.SPAN,
+        )
+    body = ast.Body((*t.body, ast.ReturnStmt(value, build.SPAN)), build.SPAN)
+    return ast.FnDecl(
+        True, "entry", build.ident(name), generics, params, result, where, body, build.SPAN
+    )
+
+
+def _result_expr(t: Translation, v: Value) -> ast.Expr:
+    assert v.expr is not None, "results are materialised before assembly"
+    return v.expr
+
+
+def value_type(v: Value) -> ast.Type:
+    """`Tensor[batch, seq, 768; f32]`, or the scalar type for a rank-0 value."""
+    return build.tensor_type([build.dim(d) for d in v.shape], v.dtype)
+
+
+def dims_text(dims: Sequence[Dim]) -> str:
+    return ", ".join(str(d) for d in dims)

@@ -1,0 +1,74 @@
+"""Translators for the `linnet` domain nodes that pattern recovery creates.
+
+Stage: translation. Every importer's registry gets these (`install`), so a
+recovered chain becomes one standard-library call whatever framework it came
+from: `rms_norm(x, weight, eps)`, `silu(x)`, `gelu(x)`, `gelu_erf(x)`,
+`softmax(x)` (over the last axis; another axis is permuted there and back),
+and the attention and rotary nodes of `linnet.sourcegen.patterns.attention`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from linnet.sourcegen import build
+from linnet.sourcegen.translate import Context, Registry, Unsupported
+from linnet.sourcegen.values import FLOAT_DTYPES
+
+
+def install(registry: Registry) -> None:
+    """Add the `linnet` domain translators to `registry`."""
+    registry.add("linnet", "silu", _activation("silu"))
+    registry.add("linnet", "gelu", _activation("gelu"))
+    registry.add("linnet", "gelu_erf", _activation("gelu_erf"))
+    registry.add("linnet", "softmax", softmax)
+    registry.add("linnet", "rms_norm", rms_norm)
+    from linnet.sourcegen.patterns import attention
+
+    attention.install(registry)
+
+
+def _activation(name: str):  # type: ignore[no-untyped-def]
+    def translate(ctx: Context) -> None:
+        x = ctx.need(0)
+        if x.dtype not in FLOAT_DTYPES:
+            raise Unsupported(f"{name} needs a float input")
+        fn = ctx.std("nn.activations", name)
+        expr = build.call(fn, ctx.ref(x))
+        if x.is_scalar:
+            expr = build.index(build.call(fn, _as_tensor(ctx, x)), [build.int_lit(0)])
+        ctx.output(0, ctx.let(expr, x.shape, x.dtype, name))
+
+    return translate
+
+
+def _as_tensor(ctx: Context, x):  # type: ignore[no-untyped-def]
+    return build.call("fill", build.shape([build.int_lit(1)]), ctx.ref(x))
+
+
+def softmax(ctx: Context) -> None:
+    x = ctx.need(0)
+    axis = int(ctx.attr("axis"))
+    fn = ctx.std("nn.softmax", "softmax")
+    last = x.rank - 1
+    if axis == last:
+        ctx.output(0, ctx.let(build.call(fn, ctx.ref(x)), x.shape, x.dtype, "softmax"))
+        return
+    # Move the axis last, normalise, move it back (std softmax works on the last axis).
+    perm = [a for a in range(x.rank) if a != axis] + [axis]
+    inverse = [int(i) for i in np.argsort(perm)]
+    moved = build.call("permute", ctx.ref(x), build.shape([build.int_lit(p) for p in perm]))
+    back = build.call(
+        "permute", build.call(fn, moved), build.shape([build.int_lit(p) for p in inverse])
+    )
+    ctx.output(0, ctx.let(back, x.shape, x.dtype, "softmax"))
+
+
+def rms_norm(ctx: Context) -> None:
+    x, w = ctx.need(0), ctx.need(1)
+    if w.rank != 1 or not ctx.equal(w.shape[0], x.shape[-1]) or w.dtype != x.dtype:
+        raise Unsupported("the weight must be one value per element of the last axis")
+    eps = float(np.float32(ctx.attr("eps")))
+    fn = ctx.std("nn.norm", "rms_norm")
+    expr = build.call(fn, ctx.ref(x), ctx.ref(w), ctx.literal(eps, "f32"))
+    ctx.output(0, ctx.let(expr, x.shape, x.dtype, "normed"))
