@@ -28,6 +28,7 @@ from linnet.onnx.import_ops import (
     control,
     conv,
     gather,
+    grid,
     linalg,
     loss,
     misc,
@@ -40,6 +41,8 @@ from linnet.onnx.import_ops import (
     sequence,
     shapes,
     slicing,
+    spectral,
+    training,
     unary,
 )
 
@@ -52,6 +55,7 @@ __all__ = [
     "control",
     "conv",
     "gather",
+    "grid",
     "linalg",
     "loss",
     "misc",
@@ -64,6 +68,8 @@ __all__ = [
     "sequence",
     "shapes",
     "slicing",
+    "spectral",
+    "training",
     "unary",
 ]
 

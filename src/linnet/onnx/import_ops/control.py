@@ -198,5 +198,7 @@ def loop(ctx: Context) -> None:
         if len(lifted) == 1:
             ctx.output(n + j, lifted[0])
             continue
-        expr = build.call("concat", *(ctx.ref(p) for p in lifted), named=[("axis", build.int_lit(0))])
+        expr = build.call(
+            "concat", *(ctx.ref(p) for p in lifted), named=[("axis", build.int_lit(0))]
+        )
         ctx.output(n + j, ctx.let(expr, dims, first.dtype, "stacked"))

@@ -26,7 +26,6 @@ from linnet.onnx.import_ops._common import (
     SIGNED,
     elements_array,
     fold,
-    fold_ok,
     is_nonneg,
     norm_axis,
     symbolic_result,
@@ -336,6 +335,3 @@ def _combine(
         body = build.call(kind, base, build.reduction(kind, list(over), lowest))
     tmp = ctx.comprehension(list(outs), body, data.shape, data.dtype, "scattered")
     ctx.output(0, tmp)
-
-
-_ = fold_ok

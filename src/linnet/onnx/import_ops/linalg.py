@@ -18,7 +18,6 @@ from linnet.check.dims import Dim
 from linnet.onnx.import_graph import translator
 from linnet.onnx.import_ops._common import FLOAT_DTYPES, INT_DTYPES, cast
 from linnet.onnx.import_ops.reduce import access
-from linnet.onnx.import_ops.shapes import reshaped
 from linnet.sourcegen import build
 from linnet.sourcegen.translate import Context, Unsupported
 from linnet.sourcegen.values import Value
@@ -235,6 +234,3 @@ def _expand(term: str, rank: int, ell: list[str]) -> list[str]:
     if n < 0:
         raise Unsupported(f"term {term!r} has more labels than axes")
     return list(before) + ell[len(ell) - n :] + list(after)
-
-
-_ = reshaped

@@ -259,9 +259,6 @@ def tensor_scatter(ctx: Context) -> None:
     ctx.output(0, ctx.comprehension(names, body, past.shape, past.dtype, "cache"))
 
 
-_ = Value
-
-
 @translator("AffineGrid")
 def affine_grid(ctx: Context) -> None:
     theta = ctx.need(0)

@@ -18,7 +18,7 @@ from linnet.check.dims import Dim
 from linnet.onnx.import_graph import translator
 from linnet.onnx.import_ops._common import FLOAT_DTYPES, cast, norm_axis, numel
 from linnet.onnx.import_ops.reduce import access, reduce_axes
-from linnet.onnx.import_ops.shapes import broadcast_value, reshaped
+from linnet.onnx.import_ops.shapes import reshaped
 from linnet.sourcegen import build
 from linnet.sourcegen.translate import Context, Unsupported
 from linnet.sourcegen.values import Value
@@ -383,6 +383,3 @@ def lrn(ctx: Context) -> None:
     )
     denom = build.call("exp", build.binary("*", build.float_lit(beta), build.call("log", base)))
     ctx.output(0, ctx.let(build.binary("/", ctx.ref(x), denom), x.shape, x.dtype, "lrn"))
-
-
-_ = broadcast_value

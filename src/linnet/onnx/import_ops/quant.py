@@ -13,9 +13,6 @@ lacks (4-bit, 2-bit) and 8-bit floats refuse the node.
 
 from __future__ import annotations
 
-import numpy as np
-
-from linnet.check.dims import Dim
 from linnet.onnx.import_graph import translator
 from linnet.onnx.import_ops._common import FLOAT_DTYPES, INT_DTYPES, cast, norm_axis
 from linnet.onnx.import_ops.basic import linnet_dtype
@@ -275,6 +272,3 @@ def qlinear_conv(ctx: Context) -> None:
         )
     )
     ctx.output(0, _requantize(ctx, acc, factor, y_zero, "quantized"))
-
-
-_ = (np, Dim)

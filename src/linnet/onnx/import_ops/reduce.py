@@ -20,7 +20,6 @@ from linnet.check.dims import Dim
 from linnet.onnx.import_graph import translator
 from linnet.onnx.import_ops._common import (
     FLOAT_DTYPES,
-    INT_DTYPES,
     axes_list,
     cast,
     norm_axis,
@@ -476,6 +475,3 @@ def mean_variance_normalization(ctx: Context) -> None:
     )
     body = build.binary("/", access(ctx, centred, names), build.paren(denom))
     ctx.output(0, ctx.comprehension(names, body, x.shape, x.dtype, "normalized"))
-
-
-_ = INT_DTYPES

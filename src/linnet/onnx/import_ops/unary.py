@@ -26,7 +26,6 @@ from linnet.onnx.import_graph import translator
 from linnet.onnx.import_ops._common import (
     FLOAT_DTYPES,
     INT_DTYPES,
-    SIGNED,
     UNSIGNED,
     apply_unary_fold,
     cast,
@@ -508,4 +507,3 @@ def is_inf(ctx: Context) -> None:
 
 
 __all__ = ["atan_value", "erf_value", "rounded"]
-_ = SIGNED

@@ -49,8 +49,27 @@ def drop_dead(graph: Graph) -> int:
             used.update(node.inputs)
             for inner in node.attrs.get("_fallback") or ():
                 used.update(inner.inputs)
+            used.update(_subgraph_reads(node.attrs))
         kept = [n for n in graph.nodes if any(o and o in used for o in n.outputs)]
         if len(kept) == len(graph.nodes):
             return removed
         removed += len(graph.nodes) - len(kept)
         graph.nodes[:] = kept
+
+
+def _subgraph_reads(attrs: dict[str, object]) -> set[str]:
+    """Names that subgraph attributes (If/Loop/Scan bodies) read, at any depth.
+
+    A body may read values of the enclosing graph by name, so the nodes making
+    them are live even when no node of this graph lists them as inputs.
+    """
+    reads: set[str] = set()
+    for value in attrs.values():
+        bodies = value if isinstance(value, list | tuple) else (value,)
+        for body in bodies:
+            if isinstance(body, Graph):
+                for node in body.nodes:
+                    reads.update(node.inputs)
+                    reads.update(_subgraph_reads(node.attrs))
+                reads.update(o.name for o in body.outputs)
+    return reads
