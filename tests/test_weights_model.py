@@ -18,7 +18,13 @@ import torch
 from linnet.errors import LinnetError
 from linnet.ir.bind import BoundModel, bind
 from linnet.pipeline import check_source
-from linnet.weights import TensorSpec, bind_model_weights, bind_weights, specs_from_model
+from linnet.weights import (
+    TensorSpec,
+    bind_model_weights,
+    bind_weights,
+    require_no_weights,
+    specs_from_model,
+)
 
 TOWER = """\
 module examples.tower
@@ -123,3 +129,12 @@ def test_a_stored_scalar_binds_a_declared_single_element_tensor() -> None:
     assert bound.arrays["scale"].shape == (1,) and float(bound.arrays["scale"][0]) == 2.5
     with pytest.raises(LinnetError, match=r"wrong shape: `bias`.*stored \[\], declared \[2\]"):
         bind_weights(specs, {"scale": np.ones(1, np.float32), "bias": np.float32(1).reshape(())})
+
+
+def test_running_without_weights_names_the_paths_a_checkpoint_must_give(
+    model: BoundModel,
+) -> None:
+    with pytest.raises(LinnetError, match=r"needs `stem\.gain`.*arrays by path\), or zeros$"):
+        require_no_weights(model, ", or zeros")
+    source = "module m\npub block R {\n    pub entry f(x: f32) -> f32 {\n        return x\n    }\n}\n"
+    require_no_weights(bind(check_source(source), generics={}))  # nothing mandatory

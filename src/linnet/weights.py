@@ -129,6 +129,26 @@ def specs_from_model(model: BoundModel) -> dict[str, TensorSpec]:
     }
 
 
+def require_no_weights(model: BoundModel, fix: str = "") -> None:
+    """Raise unless `model` runs without a checkpoint (no mandatory param or buffer).
+
+    Backends call this for `weights=None`; the error names the first paths a
+    checkpoint would have to provide. `fix` adds a backend's own way out.
+    """
+    missing = [
+        path
+        for path, t in model.tensors.items()
+        if t.kind != "state" and not t.optional and t.group is None
+    ]
+    if missing:
+        shown = ", ".join(f"`{p}`" for p in missing[:8])
+        more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        raise LinnetError(
+            f"no weights given, but the model needs {shown}{more}; pass weights= "
+            f"(a SafeTensors file or folder, or arrays by path){fix}"
+        )
+
+
 def bind_model_weights(
     model: BoundModel,
     source: CheckpointSource,

@@ -90,21 +90,10 @@ def bind_weights(
     cast_dtype: bool = False,
 ) -> dict[str, np.ndarray[Any, Any]]:
     """The bound arrays by path; `weights=None` only for a model without mandatory weights."""
-    from linnet.weights import bind_model_weights
+    from linnet.weights import bind_model_weights, require_no_weights
 
     if weights is None:
-        missing = [
-            path
-            for path, t in model.tensors.items()
-            if t.kind != "state" and not t.optional and t.group is None
-        ]
-        if missing:
-            shown = ", ".join(f"`{p}`" for p in missing[:8])
-            more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
-            raise LinnetError(
-                f"no weights given, but the model needs {shown}{more}; pass weights= "
-                "(a SafeTensors file or folder, or arrays by path)"
-            )
+        require_no_weights(model)
         return {}
     source: Any = weights
     if isinstance(weights, Mapping):

@@ -82,22 +82,11 @@ def bind_weights(
     trainable: bool = False,
 ) -> dict[str, np.ndarray]:
     """The bound arrays by path (see the module docstring for `weights=None`)."""
-    from linnet.weights import bind_model_weights
+    from linnet.weights import bind_model_weights, require_no_weights
 
     if weights is None:
-        missing = [
-            path
-            for path, t in model.tensors.items()
-            if t.kind != "state" and not t.optional and t.group is None
-        ]
-        if missing and not trainable:
-            shown = ", ".join(f"`{p}`" for p in missing[:8])
-            more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
-            raise LinnetError(
-                f"no weights given, but the model needs {shown}{more}; pass weights= "
-                "(a SafeTensors file or folder, or arrays by path), or trainable=True to "
-                "start from zeros"
-            )
+        if not trainable:
+            require_no_weights(model, ", or trainable=True to start from zeros")
         return {}
     source = numpy_weights(weights) if isinstance(weights, Mapping) else weights
     bound = bind_model_weights(
