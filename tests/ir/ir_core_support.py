@@ -7,20 +7,11 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+from backend_cases import INT_RANGES, one_op
 
-from linnet.ir.core import Builder, Function, TensorType, numpy_dtype
+from linnet.ir.core import TensorType, numpy_dtype
 from linnet.ir.interp import run_function
 
-INT_RANGES = {
-    "i8": (-(2**7), 2**7 - 1),
-    "i16": (-(2**15), 2**15 - 1),
-    "i32": (-(2**31), 2**31 - 1),
-    "i64": (-(2**63), 2**63 - 1),
-    "u8": (0, 2**8 - 1),
-    "u16": (0, 2**16 - 1),
-    "u32": (0, 2**32 - 1),
-    "u64": (0, 2**64 - 1),
-}
 INT_DTYPES = tuple(INT_RANGES)
 FLOATS = ("f16", "bf16", "f32", "f64")
 
@@ -30,18 +21,6 @@ def wrap(value: int, dtype: str) -> int:
     lo, hi = INT_RANGES[dtype]
     span = hi - lo + 1
     return (value - lo) % span + lo
-
-
-def one_op(
-    kind: str,
-    types: Sequence[TensorType],
-    attrs: Mapping[str, object] | None = None,
-    result: TensorType | None = None,
-) -> Function:
-    """A function of `len(types)` inputs returning one op applied to them."""
-    b = Builder.for_function([(f"x{i}", t) for i, t in enumerate(types)])
-    out = b.emit(kind, b.args, attrs, type=result)
-    return b.finish_function(kind, [out])
 
 
 def run_one(

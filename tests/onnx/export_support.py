@@ -18,32 +18,19 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx.checker
+from backend_cases import INTS, assert_close
 from onnx import helper, numpy_helper
 
 from linnet.check.checker import check_graph
 from linnet.check.modules import load_source
 from linnet.check.program import CheckedProgram
-from linnet.ir.core import Function, numpy_dtype
+from linnet.ir.core import Function
 from linnet.ir.interp import run_function
 from linnet.onnx import ExportedModel, export_ir, model_from_text
 
 ROOT = Path(__file__).resolve().parents[2]
 STDLIB = ROOT / "stdlib"
 
-RTOL = {"f16": 2e-3, "bf16": 1.6e-2, "f32": 1e-5, "f64": 1e-12}
-ATOL = {"f16": 1e-3, "bf16": 1e-2, "f32": 1e-6, "f64": 1e-12}
-
-INT_RANGES = {
-    "i8": (-(2**7), 2**7 - 1),
-    "i16": (-(2**15), 2**15 - 1),
-    "i32": (-(2**31), 2**31 - 1),
-    "i64": (-(2**63), 2**63 - 1),
-    "u8": (0, 2**8 - 1),
-    "u16": (0, 2**16 - 1),
-    "u32": (0, 2**32 - 1),
-    "u64": (0, 2**64 - 1),
-}
-INTS = tuple(INT_RANGES)
 FLOATS = ("f16", "f32", "f64")  # bf16 needs the CUDA provider (tests/onnx/test_export_dtypes.py)
 ALL = ("bool", *INTS, *FLOATS)
 
@@ -126,22 +113,6 @@ def run_onnx(
     return results, new_state
 
 
-def assert_close(actual: Array, expected: Array, dtype: str, scale: float = 1.0) -> None:
-    """Exact for ints/bools, within the dtype's tolerance for floats (NaNs must match)."""
-    assert actual.dtype == numpy_dtype(dtype), (actual.dtype, dtype)
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    if dtype in RTOL:
-        np.testing.assert_allclose(
-            actual.astype(np.float64),
-            expected.astype(np.float64),
-            rtol=RTOL[dtype] * scale,
-            atol=ATOL[dtype] * scale,
-            equal_nan=True,
-        )
-    else:
-        np.testing.assert_array_equal(actual, expected)
-
-
 def check(
     fn: Function,
     inputs: Sequence[Array],
@@ -164,18 +135,3 @@ def check(
     for path, value in fn.state_updates.items():
         assert_close(actual_state[path], expected_state[path], value.type.dtype, scale)
     return exported
-
-
-def random_array(rng: np.random.Generator, dtype: str, shape: tuple[int, ...], **kw: Any) -> Array:
-    """Random data of `dtype`: ints over the whole range with the extremes, floats in [lo, hi)."""
-    if dtype == "bool":
-        return rng.integers(0, 2, size=shape).astype(bool)
-    if dtype in INT_RANGES:
-        lo, hi = kw.get("int_range", INT_RANGES[dtype])
-        values = rng.integers(lo, hi, size=shape, endpoint=True, dtype=numpy_dtype(dtype))
-        flat = values.reshape(-1)
-        if "int_range" not in kw and flat.size >= 2:
-            flat[0], flat[1] = lo, hi
-        return values
-    lo, hi = kw.get("float_range", (-4.0, 4.0))
-    return rng.uniform(lo, hi, size=shape).astype(numpy_dtype(dtype))

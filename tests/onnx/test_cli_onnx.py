@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from export_support import assert_close
+from backend_cases import assert_close
 
 from linnet.cli import USAGE, main
 from linnet.ir.interp import run_function

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from export_support import assert_close, check, run_onnx, validate
+from backend_cases import assert_close
+from export_support import check, run_onnx, validate
 
 from linnet.errors import LinnetError
 from linnet.ir.core import Builder, TensorType

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from export_support import assert_close, checked, run_onnx, validate
+from backend_cases import assert_close
+from export_support import checked, run_onnx, validate
 
 from linnet.ir.core import Function, TensorType, numpy_dtype
 from linnet.ir.interp import run_function

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from export_support import assert_close, run_onnx, validate
+from backend_cases import assert_close
+from export_support import run_onnx, validate
 
 from linnet.errors import LinnetError
 from linnet.ir.interp import run_function

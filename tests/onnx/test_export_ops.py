@@ -10,39 +10,14 @@ for constant divisors and shift amounts.
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 import pytest
-from export_support import ALL, FLOATS, INTS, check, random_array
+from backend_cases import const_first, one_op, random_array, rng_for, with_const
+from export_support import ALL, FLOATS, INTS, check
 
-from linnet.ir.core import Builder, Function, TensorType, numpy_dtype
+from linnet.ir.core import Builder, TensorType, numpy_dtype
 
 SHAPE = (3, 5)
-
-
-def rng_for(*key: object) -> np.random.Generator:
-    return np.random.default_rng(zlib.crc32(repr(key).encode()))
-
-
-def one_op(kind: str, types: list[TensorType], attrs: dict[str, object] | None = None,
-           result: TensorType | None = None) -> Function:  # fmt: skip
-    b = Builder.for_function([(f"x{i}", t) for i, t in enumerate(types)])
-    out = b.emit(kind, b.args, attrs, type=result)
-    return b.finish_function(kind, [out])
-
-
-def with_const(kind: str, x: np.ndarray, dtype: str, const: np.ndarray) -> Function:
-    """`kind(x, const)`: the right operand is a `const` op."""
-    b = Builder.for_function([("x", TensorType(x.shape, dtype))])
-    out = b.binary(kind, b.args[0], b.const(const, dtype))
-    return b.finish_function(kind, [out])
-
-
-def const_first(kind: str, x: np.ndarray, dtype: str, const: np.ndarray) -> Function:
-    b = Builder.for_function([("x", TensorType(x.shape, dtype))])
-    out = b.binary(kind, b.const(const, dtype), b.args[0])
-    return b.finish_function(kind, [out])
 
 
 # -- unary ----------------------------------------------------------------------------------

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import torch
+from backend_cases import INTS, assert_close
 
-from linnet.ir.core import Function, numpy_dtype
+from linnet.ir.core import Function
 from linnet.ir.interp import run_function
 from linnet.torch.codegen import generate
 from linnet.torch.dtypes import to_numpy, to_torch
@@ -27,20 +27,6 @@ CPU = torch.device("cpu")
 DEVICE = torch.device(os.environ.get("LINNET_TEST_DEVICE", "cpu"))
 
 # Relative tolerances per float dtype (f32: the 1e-5 contract).
-RTOL = {"f16": 2e-3, "bf16": 1.6e-2, "f32": 1e-5, "f64": 1e-12}
-ATOL = {"f16": 1e-3, "bf16": 1e-2, "f32": 1e-6, "f64": 1e-12}
-
-INT_RANGES = {
-    "i8": (-(2**7), 2**7 - 1),
-    "i16": (-(2**15), 2**15 - 1),
-    "i32": (-(2**31), 2**31 - 1),
-    "i64": (-(2**63), 2**63 - 1),
-    "u8": (0, 2**8 - 1),
-    "u16": (0, 2**16 - 1),
-    "u32": (0, 2**32 - 1),
-    "u64": (0, 2**64 - 1),
-}
-INTS = tuple(INT_RANGES)
 FLOATS = ("f16", "bf16", "f32", "f64")
 ALL = ("bool", *INTS, *FLOATS)
 
@@ -82,20 +68,6 @@ def run_torch(
     return out, new_state
 
 
-def assert_close(actual: np.ndarray, expected: np.ndarray, dtype: str, scale: float = 1.0) -> None:
-    """Exact for ints/bools, within the dtype's tolerance for floats (NaNs must match)."""
-    assert actual.dtype == numpy_dtype(dtype), (actual.dtype, dtype)
-    assert actual.shape == expected.shape
-    if dtype in FLOATS:
-        a = actual.astype(np.float64)
-        e = expected.astype(np.float64)
-        np.testing.assert_allclose(
-            a, e, rtol=RTOL[dtype] * scale, atol=ATOL[dtype] * scale, equal_nan=True
-        )
-    else:
-        np.testing.assert_array_equal(actual, expected)
-
-
 def check(
     fn: Function,
     inputs: Sequence[np.ndarray],
@@ -116,20 +88,3 @@ def check(
     for path, value in fn.state_updates.items():
         assert_close(actual_state[path], expected_state[path], value.type.dtype, scale)
     return actual
-
-
-def random_array(
-    rng: np.random.Generator, dtype: str, shape: tuple[int, ...], **kw: Any
-) -> np.ndarray:
-    """Random data of `dtype`: ints over the whole range with the extremes, floats in [lo, hi)."""
-    if dtype == "bool":
-        return rng.integers(0, 2, size=shape).astype(bool)
-    if dtype in INT_RANGES:
-        lo, hi = kw.get("int_range", INT_RANGES[dtype])
-        values = rng.integers(lo, hi, size=shape, endpoint=True, dtype=numpy_dtype(dtype))
-        flat = values.reshape(-1)
-        if "int_range" not in kw and flat.size >= 2:
-            flat[0], flat[1] = lo, hi
-        return values
-    lo, hi = kw.get("float_range", (-4.0, 4.0))
-    return rng.uniform(lo, hi, size=shape).astype(numpy_dtype(dtype))

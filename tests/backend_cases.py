@@ -1,0 +1,95 @@
+"""Shared helpers of the backend op tests (IR interpreter, linnet.torch, ONNX export).
+
+Every backend is tested op by op against the NumPy reference interpreter on the
+same random data, so the one-op functions, the random inputs and the
+tolerances live here once. `tests/` is on `pythonpath` (pyproject.toml), so
+each test folder imports this module by name.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+
+from linnet.ir.core import Builder, Function, TensorType, numpy_dtype
+
+RTOL = {"f16": 2e-3, "bf16": 1.6e-2, "f32": 1e-5, "f64": 1e-12}
+ATOL = {"f16": 1e-3, "bf16": 1e-2, "f32": 1e-6, "f64": 1e-12}
+
+INT_RANGES = {
+    "i8": (-(2**7), 2**7 - 1),
+    "i16": (-(2**15), 2**15 - 1),
+    "i32": (-(2**31), 2**31 - 1),
+    "i64": (-(2**63), 2**63 - 1),
+    "u8": (0, 2**8 - 1),
+    "u16": (0, 2**16 - 1),
+    "u32": (0, 2**32 - 1),
+    "u64": (0, 2**64 - 1),
+}
+INTS = tuple(INT_RANGES)
+
+
+def rng_for(*key: object) -> np.random.Generator:
+    """A generator seeded from the test's parameters: stable across runs and processes."""
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def random_array(
+    rng: np.random.Generator, dtype: str, shape: tuple[int, ...], **kw: Any
+) -> np.ndarray:
+    """Random data of `dtype`: ints over the whole range with the extremes, floats in [lo, hi)."""
+    if dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dtype in INT_RANGES:
+        lo, hi = kw.get("int_range", INT_RANGES[dtype])
+        values = rng.integers(lo, hi, size=shape, endpoint=True, dtype=numpy_dtype(dtype))
+        flat = values.reshape(-1)
+        if "int_range" not in kw and flat.size >= 2:
+            flat[0], flat[1] = lo, hi
+        return values
+    lo, hi = kw.get("float_range", (-4.0, 4.0))
+    return rng.uniform(lo, hi, size=shape).astype(numpy_dtype(dtype))
+
+
+def assert_close(actual: np.ndarray, expected: np.ndarray, dtype: str, scale: float = 1.0) -> None:
+    """Exact for ints/bools, within the dtype's tolerance for floats (NaNs must match)."""
+    assert actual.dtype == numpy_dtype(dtype), (actual.dtype, dtype)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    if dtype in RTOL:
+        np.testing.assert_allclose(
+            actual.astype(np.float64),
+            expected.astype(np.float64),
+            rtol=RTOL[dtype] * scale,
+            atol=ATOL[dtype] * scale,
+            equal_nan=True,
+        )
+    else:
+        np.testing.assert_array_equal(actual, expected)
+
+
+def one_op(
+    kind: str,
+    types: list[TensorType],
+    attrs: dict[str, object] | None = None,
+    result: TensorType | None = None,
+) -> Function:
+    """A function of `len(types)` inputs returning one op applied to them."""
+    b = Builder.for_function([(f"x{i}", t) for i, t in enumerate(types)])
+    out = b.emit(kind, b.args, attrs, type=result)
+    return b.finish_function(kind, [out])
+
+
+def with_const(kind: str, x: np.ndarray, dtype: str, const: np.ndarray) -> Function:
+    """`kind(x, const)`: the right operand is a `const` op."""
+    b = Builder.for_function([("x", TensorType(x.shape, dtype))])
+    out = b.binary(kind, b.args[0], b.const(const, dtype))
+    return b.finish_function(kind, [out])
+
+
+def const_first(kind: str, x: np.ndarray, dtype: str, const: np.ndarray) -> Function:
+    """`kind(const, x)`: the left operand is a `const` op."""
+    b = Builder.for_function([("x", TensorType(x.shape, dtype))])
+    out = b.binary(kind, b.const(const, dtype), b.args[0])
+    return b.finish_function(kind, [out])
