@@ -10,6 +10,8 @@ imports onnx (onnxruntime only when a session is made).
 - `export_function(source, name, generics=...)` -> `ExportedModel` of a
   module-level entry.
 - `export_ir(fn)`: the same from an already lowered Core IR function.
+- `save_together({name: exported}, folder)`: several entries of one model
+  saved side by side, their shared weights written once to one data file.
 - `model_to_text` / `model_from_text`: the ONNX text form (`linnet onnx`).
 - `check_provider(model, provider)`: the clear error for a bf16 model on
   the CPU provider.
@@ -28,7 +30,7 @@ from typing import Any
 
 from linnet.onnx.export import export_function, export_model
 from linnet.onnx.export_assemble import export_ir
-from linnet.onnx.export_result import ExportedModel, GraphIO
+from linnet.onnx.export_result import ExportedModel, GraphIO, save_together
 from linnet.onnx.export_runtime import check_provider
 from linnet.onnx.text import model_from_text, model_to_text
 
@@ -62,4 +64,5 @@ __all__ = [
     "load_model",
     "model_from_text",
     "model_to_text",
+    "save_together",
 ]

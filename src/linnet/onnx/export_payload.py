@@ -6,7 +6,8 @@ initializer holding only its name, type and dims) and `ExportedModel`
 initializer name (`Payload`). Out: the arrays put into the message as
 `raw_data` (`materialize`, for a caller that wants a complete in-memory
 model), or a `<file>.data` written from the arrays with the message
-pointing into it (`write_external`).
+pointing into it (`write_external`), or one data file shared by several
+entries exported from the same arrays (`write_shared`).
 
 Why: a protobuf `bytes` field only takes a `bytes` object, so embedding a
 weight costs a full copy held by the message, and writing the message with
@@ -24,12 +25,17 @@ onnx allows), smaller ones on a multiple of `SMALL_ALIGN`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import os
+import secrets
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import onnx
+
+from linnet.errors import LinnetError
 
 INLINE_LIMIT = 1024
 """Weights smaller than this many bytes are embedded at once (as onnx's `size_threshold`)."""
@@ -78,29 +84,75 @@ def write_external(model: onnx.ModelProto, payload: Payload, target: Path) -> No
     serialised, and is a bare declaration again afterwards, so `model` and
     `payload` are unchanged and a later `materialize` or save still works.
     """
-    location = f"{target.name}.data"
-    data_path = target.with_name(location)
-    # A new file, not a truncated one: ext4 flushes a truncated-and-rewritten
-    # file to disk on close (auto_da_alloc), which made saving over an
-    # earlier export several times slower.
-    data_path.unlink(missing_ok=True)
+    write_shared([(model, payload, target)], target.with_name(f"{target.name}.data"))
+
+
+def write_shared(models: Sequence[tuple[onnx.ModelProto, Payload, Path]], data_path: Path) -> None:
+    """Write each model to its path and every distinct pending array once to `data_path`.
+
+    Entries exported from the same arrays (a `prefill` and a `decode` of one
+    checkpoint) share them: an array is the same as one already written when
+    it is the very same memory (address, byte count and dtype), which also
+    covers tied weights. Every model file must sit in `data_path`'s folder
+    (external data locations are relative to the model file).
+
+    Nothing half-written is ever visible: each file is written under a
+    temporary name in the target folder and renamed into place. The old file
+    is unlinked before the rename, not renamed over: ext4 forces the whole
+    new file to disk before a rename that replaces one (auto_da_alloc), which
+    made saving over an earlier export several times slower.
+    """
+    folder = data_path.parent
+    for _, _, target in models:
+        if target.parent.resolve() != folder.resolve():
+            raise LinnetError(
+                f"cannot save `{target}` with external data in `{data_path}`: "
+                "the model files and their data file must share one folder"
+            )
+    location = data_path.name
+    written: dict[tuple[int, int, str], int] = {}
     pointed: list[onnx.TensorProto] = []
     try:
-        with open(data_path, "wb") as data:
+        with _atomic(data_path) as data:
             offset = 0
-            for tensor, array in pending_initializers(model, payload):
-                start = _aligned(offset, int(array.nbytes))
-                if start > offset:
-                    data.write(bytes(start - offset))
-                data.write(raw_view(array))  # type: ignore[arg-type]
-                offset = start + int(array.nbytes)
-                _point(tensor, location, start, int(array.nbytes))
-                pointed.append(tensor)
-        target.write_bytes(model.SerializeToString())
+            for model, payload, _ in models:
+                for tensor, array in pending_initializers(model, payload):
+                    size = int(array.nbytes)
+                    key = (int(array.__array_interface__["data"][0]), size, array.dtype.str)
+                    start = written.get(key)
+                    if start is None:
+                        start = _aligned(offset, size)
+                        if start > offset:
+                            data.write(bytes(start - offset))
+                        data.write(raw_view(array))  # type: ignore[call-overload]
+                        offset = start + size
+                        written[key] = start
+                    _point(tensor, location, start, size)
+                    pointed.append(tensor)
+        for model, _, target in models:
+            with _atomic(target) as out:
+                out.write(model.SerializeToString())
     finally:
         for tensor in pointed:
             del tensor.external_data[:]
             tensor.data_location = onnx.TensorProto.DEFAULT
+
+
+@contextmanager
+def _atomic(target: Path) -> Iterator[BinaryIO]:
+    """A new file written under a temporary name in `target`'s folder, renamed on success."""
+    temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    # os.open with 0o666 (less the umask), not mkstemp: the file keeps the
+    # permissions any other file written here would have, not 0600.
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            yield out
+        target.unlink(missing_ok=True)
+        os.rename(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def _point(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:

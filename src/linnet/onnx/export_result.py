@@ -18,6 +18,7 @@ model when they add up to more than `PROTOBUF_LIMIT` (or when asked to);
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -25,7 +26,13 @@ import onnx
 
 from linnet.errors import LinnetError
 from linnet.ir.core import Function, TensorType
-from linnet.onnx.export_payload import Payload, materialize, payload_bytes, write_external
+from linnet.onnx.export_payload import (
+    Payload,
+    materialize,
+    payload_bytes,
+    write_external,
+    write_shared,
+)
 from linnet.records import record
 
 if TYPE_CHECKING:
@@ -172,6 +179,43 @@ class ExportedModel:
         from linnet.onnx.export_runtime import inference_session
 
         return inference_session(self.model, provider or self.provider, **options)
+
+
+def save_together(
+    models: Mapping[str, ExportedModel],
+    folder: str | os.PathLike[str],
+    *,
+    data_file: str = "weights.data",
+) -> dict[str, Path]:
+    """Save several exported entries as `<folder>/<name>.onnx`, their weights in one file.
+
+    The entries of one model (`prefill` and `decode`, say) hold the same
+    weights; saved one by one, each writes its own copy of them. Here every
+    array is written once to `<folder>/<data_file>` and each model points into
+    it, when the entries were exported from the same arrays (weights opened
+    once, e.g. `linnet.weights_safetensors.read_safetensors`, and passed to
+    each `export_model`); a weight only one entry holds is written for it
+    alone. An entry whose weights are already in its message (`.model` was
+    used) is saved as `save` would. Returns the path of each model file.
+    """
+    target = Path(folder)
+    if not target.is_dir():
+        raise LinnetError(f"cannot save the entries into `{target}`: not a folder")
+    if not models:
+        raise LinnetError("save_together needs at least one exported entry")
+    if "/" in data_file or data_file in ("", ".", ".."):
+        raise LinnetError(f"data_file `{data_file}` must be a file name, not a path")
+    paths = {name: target / f"{name}.onnx" for name in models}
+    pending = [(m._model, m._payload, paths[name]) for name, m in models.items() if m._payload]
+    try:
+        if pending:
+            write_shared(pending, target / data_file)
+        for name, m in models.items():
+            if not m._payload:
+                m.save(paths[name])
+    except OSError as exc:
+        raise LinnetError(f"cannot write into `{target}`: {exc.strerror or exc}") from None
+    return paths
 
 
 def _save_with_onnx(model: onnx.ModelProto, target: Path) -> None:
