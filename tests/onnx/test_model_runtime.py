@@ -5,7 +5,7 @@ oracles are the NumPy reference interpreter (`run_function` on the same
 lowered entry) and `linnet.torch` (f32 within 1e-5 relative). Covered: the
 session cache per input types, state across calls and `reset_state`, the
 in-place cache update, `place`, `keep_on_device`, `argmax`, `cuda_graph` on a
-provider without graphs, `providers=` passed through unchanged, and the
+provider without graphs, `providers=` and `session_options=` passed through, and the
 errors a user can make (bf16 on the CPU, unknown entries, wrong inputs).
 """
 
@@ -223,6 +223,23 @@ pub block Twice<N: Dim> {
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         with pytest.raises(LinnetError, match="no CUDA provider"):
             model.run_entry("forward", [np.ones(3, np.float32)])
+
+
+def test_session_options_are_every_sessions_options() -> None:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    model = load_model(MLP, generics=GENERICS, weights=mlp_weights(), session_options=options)
+    x = np.random.default_rng(3).standard_normal((2, 6)).astype(np.float32)
+    expected = load_model(MLP, generics=GENERICS, weights=mlp_weights()).run_entry("forward", [x])
+    np.testing.assert_array_equal(model.run_entry("forward", [x]), expected)
+    model.run_entry("both", [x])
+    assert len(model.sessions) == 2
+    for entry in model.sessions:
+        used = entry.session.get_session_options()
+        assert used.intra_op_num_threads == 1
+        assert used.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+        assert used.get_session_config_entry("session.use_env_allocators") == "1"
 
 
 def test_bf16_on_the_cpu_is_a_clear_error() -> None:

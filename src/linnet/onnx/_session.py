@@ -52,12 +52,19 @@ _GRAPH_OPTIONS = {
 _shared_arena = False
 
 
-def session_options(device: Device) -> ort.SessionOptions:
-    """Full graph optimisation; on the CPU, the process-wide shared arena."""
+def session_options(device: Device, base: ort.SessionOptions | None = None) -> ort.SessionOptions:
+    """The options of every session: the caller's `base`, or full graph optimisation;
+    on the CPU, the process-wide shared arena (one arena for all entries' sessions).
+
+    `base` is used as given (it is the caller's choice of threads, spinning,
+    profiling...), with the shared-arena entry added on the CPU.
+    """
     global _shared_arena
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3  # warnings about unused initialisers are noise here
+    options = base
+    if options is None:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3  # warnings about unused initialisers are noise here
     if device.kind == "cpu":
         if not _shared_arena:
             info = ort.OrtMemoryInfo(
@@ -84,13 +91,19 @@ def can_capture(providers: Sequence[Provider]) -> bool:
 
 
 def create_session(
-    proto: onnx.ModelProto, providers: Sequence[Provider], device: Device, entry: str
+    proto: onnx.ModelProto,
+    providers: Sequence[Provider],
+    device: Device,
+    entry: str,
+    options: ort.SessionOptions | None = None,
 ) -> ort.InferenceSession:
     """An `InferenceSession` for `proto`; a bf16 graph the providers cannot run is a
     `LinnetError` saying what to do instead."""
     try:
         return ort.InferenceSession(
-            proto.SerializeToString(), session_options(device), providers=list(providers)
+            proto.SerializeToString(),
+            session_options(device, options),
+            providers=list(providers),
         )
     except Exception as exc:  # onnxruntime raises its own capi exception classes
         text = str(exc)
@@ -118,6 +131,7 @@ class EntrySession:
         weights: Mapping[str, ort.OrtValue],
         *,
         cuda_graph: bool = False,
+        options: ort.SessionOptions | None = None,
     ) -> None:
         self.entry = entry
         self.proto = proto
@@ -125,7 +139,7 @@ class EntrySession:
         self.device = device
         self.cuda_graph = cuda_graph
         used = graph_providers(providers) if cuda_graph else list(providers)
-        self.session = create_session(proto, used, device, entry)
+        self.session = create_session(proto, used, device, entry, options)
         self.binding = self.session.io_binding()
         for name, path in contract.weights.items():
             self.binding.bind_ortvalue_input(name, weights[path])

@@ -112,6 +112,7 @@ def load_model(
     std_root: str | os.PathLike[str] | None = None,
     cast_dtype: bool = False,
     providers: Sequence[Provider] | None = None,
+    session_options: Any = None,
 ) -> OnnxModel:
     """Load a Linnet model to run on ONNX Runtime (see `OnnxModel`).
 
@@ -120,7 +121,10 @@ def load_model(
     SafeTensors file, a sharded folder or index, or arrays by path (or by
     checkpoint name, with `bindings`); `cast_dtype` converts stored dtypes to
     the declared ones; `providers` goes to every `InferenceSession` unchanged
-    (names or `(name, options)` pairs, TensorRT's included; default: the CPU).
+    (names or `(name, options)` pairs, TensorRT's included; default: the CPU);
+    `session_options` (an `onnxruntime.SessionOptions`) is every session's
+    options, used as given (threads, spinning, profiling), with the CPU's
+    shared-arena entry added.
 
     >>> import numpy as np
     >>> m = load_model('''module doc
@@ -138,7 +142,7 @@ def load_model(
     program = check(source, std_root)
     model = bind(program, root=root, generics=generics)
     arrays = bind_weights(model, weights, bindings=bindings, cast_dtype=cast_dtype)
-    return OnnxModel(model, arrays, providers=providers)
+    return OnnxModel(model, arrays, providers=providers, session_options=session_options)
 
 
 class OnnxModel:
@@ -155,8 +159,10 @@ class OnnxModel:
         arrays: Mapping[str, np.ndarray[Any, Any]],
         *,
         providers: Sequence[Provider] | None = None,
+        session_options: Any = None,
     ) -> None:
         self.model = model
+        self.session_options = session_options
         self.providers: list[Provider] = list(providers or ["CPUExecutionProvider"])
         self.device = device_for(self.providers)
         self.present = frozenset(arrays)
@@ -290,6 +296,7 @@ class OnnxModel:
                 self.device,
                 self.weights,
                 cuda_graph=capture,
+                options=self.session_options,
             )
             self._sessions[(*key, capture)] = session
         return session
