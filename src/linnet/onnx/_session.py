@@ -72,8 +72,16 @@ def session_options(device: Device, base: ort.SessionOptions | None = None) -> o
             )
             ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
             _shared_arena = True
-        options.add_session_config_entry("session.use_env_allocators", "1")
+        if not _has_entry(options, "session.use_env_allocators"):  # once per options object
+            options.add_session_config_entry("session.use_env_allocators", "1")
     return options
+
+
+def _has_entry(options: ort.SessionOptions, key: str) -> bool:
+    try:
+        return bool(options.get_session_config_entry(key))
+    except RuntimeError:  # a missing key
+        return False
 
 
 def graph_providers(providers: Sequence[Provider]) -> list[Provider]:
