@@ -14,9 +14,14 @@ operands. Out: the result names, or None to inline the body instead.
 | `std.nn.softmax::softmax` | ONNX `Softmax(axis=-1)` on f32, cast back to `T` | all |
 | `std.nn.activations::sigmoid` | ONNX `Sigmoid` in `T` | all |
 | `std.nn.activations::silu` | `x * Sigmoid(x)` in `T` | all |
+| `std.nn.activations::gelu_erf` | ONNX `Gelu(approximate="none")` in f32 (`export_fused_native`) | all |
+| `std.nn.activations::gelu` | ONNX `Gelu(approximate="tanh")` in f32 | all |
+| `std.nn.norm::layer_norm` | ONNX `LayerNormalization`, `stash_type=1` (f32, f16); with `fused=True` for now | all |
+| `std.nn.rope::rope` | contrib `RotaryEmbedding` when the tables' halves are provably equal (`export_fused_rope`) | cpu (f32, f16) |
+| `std.nn.attention::{attention, grouped_attention}` | contrib `GroupQueryAttention` or `MultiHeadAttention` (`export_fused_attention`) | cpu (f32) |
 
 A kernel is used only when every operand has the expected dtype and the
-attributes it needs (`eps`) are compile-time constants. Fused models use a
+attributes it needs (`eps`, `scale`) are compile-time constants. Fused models use a
 contrib op that `onnx.checker` does not know; the default export
 (`fused=False`) contains standard operators only. Each kernel is tested
 against the unfused graph and the reference interpreter
@@ -27,7 +32,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from linnet.ir.core import Op, TensorType
+from linnet.ir.core import Op
+from linnet.onnx.export_fused_attention import fuse_attention
+from linnet.onnx.export_fused_native import (
+    known_f32_scalar,
+    native_gelu_erf,
+    native_gelu_tanh,
+    native_layer_norm,
+)
+from linnet.onnx.export_fused_rope import fuse_rope
 from linnet.onnx.export_graph import Emitter
 
 Finder = Callable[[Emitter, Op], Sequence[str] | None]
@@ -35,22 +48,12 @@ Finder = Callable[[Emitter, Op], Sequence[str] | None]
 _FLOATS_BY_PROVIDER = {"cpu": frozenset({"f32", "f16"}), "cuda": frozenset({"f32", "f16", "bf16"})}
 
 
-def _f32_scalar(em: Emitter, op: Op, index: int) -> float | None:
-    if index >= len(op.operands):
-        return None
-    value = op.operands[index]
-    known = em.known.get(value)
-    if value.type != TensorType((), "f32") or known is None:
-        return None
-    return float(known)
-
-
 def fuse_rms_norm(em: Emitter, op: Op) -> Sequence[str] | None:
     """`cast<T>(xf * rsqrt(mean(xf^2) + eps)) * weight` as one normalization kernel."""
     if len(op.operands) != 3:
         return None
     x, weight, _ = op.operands
-    eps = _f32_scalar(em, op, 2)
+    eps = known_f32_scalar(em, op, 2)
     dtype = x.type.dtype
     if eps is None or dtype not in _FLOATS_BY_PROVIDER[em.provider] or weight.type.dtype != dtype:
         return None
@@ -88,11 +91,28 @@ FUSED: dict[str, Finder] = {
     "std.nn.softmax::softmax": fuse_softmax,
     "std.nn.activations::sigmoid": fuse_sigmoid,
     "std.nn.activations::silu": fuse_silu,
+    "std.nn.activations::gelu_erf": native_gelu_erf,
+    "std.nn.activations::gelu": native_gelu_tanh,
+    "std.nn.norm::layer_norm": native_layer_norm,
+    "std.nn.rope::rope": fuse_rope,
+    "std.nn.attention::attention": fuse_attention,
+    "std.nn.attention::grouped_attention": fuse_attention,
 }
 STANDARD = frozenset(
-    {"std.nn.softmax::softmax", "std.nn.activations::sigmoid", "std.nn.activations::silu"}
+    {
+        "std.nn.softmax::softmax",
+        "std.nn.activations::sigmoid",
+        "std.nn.activations::silu",
+        "std.nn.activations::gelu_erf",
+        "std.nn.activations::gelu",
+    }
 )
-"""Callees whose kernel is a standard ONNX operator (kept in `fused=False` exports)."""
+"""Callees whose kernel is a standard ONNX operator (kept in `fused=False` exports).
+
+`layer_norm` is a standard operator too but waits behind `fused=True` until the
+ONNX importer reads `LayerNormalization` back into checkable source (the ViT
+round trip in tests/onnx/test_import_models.py fails with it in default exports).
+"""
 
 
 def fused_call(em: Emitter, op: Op) -> Sequence[str] | None:

@@ -142,6 +142,8 @@ class Emitter:
         self._count = 0
         # Compile-time values of IR values (folded constants), for rules that can use them.
         self.known: dict[Value, np.ndarray[Any, Any]] = {}
+        # The op that defined each value, for kernels that check how an operand was built.
+        self.producers: dict[Value, Op] = {}
 
     # -- names ----------------------------------------------------------------------------
 
@@ -225,6 +227,7 @@ class Emitter:
                 raise InternalError(f"rule for {op.kind} returned {len(names)} names")
             for value, name in zip(op.results, names, strict=True):
                 self.bind(value, name)
+                self.producers[value] = op
             if op.kind == "const":
                 array = op.attrs["value"]
                 assert isinstance(array, np.ndarray)
