@@ -8,7 +8,8 @@ export as
     MatMul(Softmax(MatMul(q * c1, kT * c2) + mask, axis=-1), v)
 
 (the scale also appears as one `Mul`/`Div` after the first `MatMul`, or not
-at all; a `Where(IsNaN(p), 0, p)` guard may follow the softmax). `kT` is the
+at all; a `Where(IsNaN(p), 0, p)` guard, or eager attention's `Cast` to the
+dtype the probabilities already have, may follow the softmax). `kT` is the
 key with its last two axes swapped: a `Transpose`, the head split's
 `Transpose(perm=[0, 2, 3, 1])`, or the dynamo exporter's batched transpose
 `Reshape(Transpose(Reshape(k, [-1, S, D]), [0, 2, 1]), [B, H, D, S])`. Keys and
@@ -18,6 +19,8 @@ taken back to their `Hk` heads. The mask, when present, must be a boolean
 turned additive (`Where(m, 0, -inf)`, or its negation): a `[Q, K]` mask (or
 `[1, 1, Q, K]`) gives `attention`/`grouped_attention` with `some(mask)`, a
 per-row `[B, 1, Q, K]` mask `attention_rows`/`grouped_attention_rows`.
+A mask whose construction is proven to be `k <= q` (`linnet.sourcegen.patterns.causal`)
+becomes `causal_mask<S, S>()`, and its subgraph goes once nothing else reads it.
 Note for readers: the standard library gives masked scores -1e30 rather than
 -inf, which differs only for a row whose keys are all masked.
 
@@ -34,6 +37,7 @@ import numpy as np
 from linnet.check.dims import Dim
 from linnet.sourcegen import build
 from linnet.sourcegen.graph import Graph, Node
+from linnet.sourcegen.patterns.causal import is_causal
 from linnet.sourcegen.patterns.match import (
     Bind,
     Const,
@@ -103,7 +107,9 @@ def recover_attention(graph: Graph) -> list[str]:
         )
         probs = Bind("p", Op("Softmax", masked, check=last_axis))
         guarded = Op("Where", Op("IsNaN", probs), Const(0.0), Var("p"))
-        return Op("MatMul", Either(guarded, probs), Var("v_src"))
+        # Eager attention casts the probabilities to the value's dtype (a no-op in f32).
+        cast = Op("Cast", probs, capture="p_cast")
+        return Op("MatMul", Either(guarded, cast, probs), Var("v_src"))
 
     def make(matcher: Matcher, m: Match, root: Node) -> Node | None:
         return _attention_node(graph, matcher, m, root)
@@ -114,6 +120,8 @@ def recover_attention(graph: Graph) -> list[str]:
 def _describe_attention(node: Node, m: Match) -> str:
     kind = "grouped attention" if len(node.inputs) > 6 and node.inputs[6] else "attention"
     mask = "a boolean mask" if node.inputs[3] else "no mask"
+    if node.attrs.get("causal"):
+        mask = "a causal mask (its construction proven `k <= q`)"
     return (
         f"recovered `{kind}` with {mask} and scale {float(node.attrs['scale']):.6g} from "
         f"{len(m.nodes)} nodes ending at `{node.outputs[0]}` (std.nn.attention gives "
@@ -142,6 +150,10 @@ def _attention_node(graph: Graph, matcher: Matcher, m: Match, root: Node) -> Nod
     rank = _rank(graph, q)
     if rank is not None and rank != 4:
         return None
+    if "p_cast" in m.captured:
+        before, after = info(graph, m.vars["p"]), info(graph, m.captured["p_cast"].outputs[0])
+        if before is None or after is None or before.dtype != after.dtype:
+            return None
     attrs: dict[str, object] = {}
     key = m.vars["k_src"]
     extra = ["", ""]
@@ -175,6 +187,8 @@ def _attention_node(graph: Graph, matcher: Matcher, m: Match, root: Node) -> Nod
         else:
             return None
         mask = m.vars["mask"]
+        if is_causal(matcher, mask, bool(attrs["negated"])):
+            attrs["causal"] = True
     v = m.vars["v_src"]
     repeats = ["", "", "", ""]
     if attrs["key_perm"] in ([0, 1, 2, 3], "batched"):
@@ -326,6 +340,12 @@ def translate_attention(ctx: Context) -> None:
     m_expr = None
     if mask is not None:
         m_expr, rows = _mask(ctx, mask, b, nq, nk, bool(ctx.attr("negated", False)))
+        if ctx.attr("causal", False) and ctx.equal(nq, nk):
+            # The mask's subgraph computes `k <= q` (proven when recovering); with
+            # as many keys as queries that is the std causal mask, and the
+            # subgraph, read by nothing else, is dropped after translation.
+            cm = ctx.std("nn.attention", "causal_mask")
+            m_expr, rows = build.call(cm, generics=[ctx.dim(nq), ctx.dim(nk)]), False
     name = ("grouped_" if groups != 1 else "") + "attention" + ("_rows" if rows else "")
     fn = ctx.std("nn.attention", name)
     scale = float(np.float32(float(ctx.attr("scale"))))

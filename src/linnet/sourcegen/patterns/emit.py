@@ -4,6 +4,7 @@ Stage: translation. Every importer's registry gets these (`install`), so a
 recovered chain becomes one standard-library call whatever framework it came
 from: `rms_norm(x, weight, eps)`, `silu(x)`, `gelu(x)`, `gelu_erf(x)`,
 `softmax(x)` (over the last axis; another axis is permuted there and back),
+`layer_norm(x, weight, some(bias), eps)` (a missing weight written as ones),
 and the attention and rotary nodes of `linnet.sourcegen.patterns.attention`.
 """
 
@@ -23,6 +24,7 @@ def install(registry: Registry) -> None:
     registry.add("linnet", "gelu_erf", _activation("gelu_erf"))
     registry.add("linnet", "softmax", softmax)
     registry.add("linnet", "rms_norm", rms_norm)
+    registry.add("linnet", "layer_norm", layer_norm)
     from linnet.sourcegen.patterns import attention
 
     attention.install(registry)
@@ -72,3 +74,31 @@ def rms_norm(ctx: Context) -> None:
     fn = ctx.std("nn.norm", "rms_norm")
     expr = build.call(fn, ctx.ref(x), ctx.ref(w), ctx.literal(eps, "f32"))
     ctx.output(0, ctx.let(expr, x.shape, x.dtype, "normed"))
+
+
+def layer_norm(ctx: Context) -> None:
+    x, w, b = ctx.need(0), ctx.input(1), ctx.input(2)
+    if x.dtype not in FLOAT_DTYPES or x.rank < 1:
+        raise Unsupported("layer norm needs a float input of rank 1 or more")
+    for affine in (w, b):
+        if affine is not None and (
+            affine.rank != 1
+            or not ctx.equal(affine.shape[0], x.shape[-1])
+            or affine.dtype != x.dtype
+        ):
+            raise Unsupported("the weight and bias must be one value per element of the last axis")
+    eps = float(np.float32(ctx.attr("eps")))
+    fn = ctx.std("nn.norm", "layer_norm")
+    weight = (
+        ctx.ref(w)
+        if w is not None
+        else build.call(
+            "fill",
+            ctx.shape_lit([x.shape[-1]]),
+            ctx.literal(1.0, x.dtype),
+            generics=[build.named_type(x.dtype)],
+        )
+    )
+    bias = build.none() if b is None else build.some(ctx.ref(b))
+    expr = build.call(fn, ctx.ref(x), weight, bias, ctx.literal(eps, "f32"))
+    ctx.output(0, ctx.let(expr, x.shape, x.dtype, "normalized"))

@@ -11,6 +11,7 @@ call:
 | `0.5 * x * (1 + Erf(x / sqrt(2)))`                                 | `linnet::gelu_erf`  |
 | `Exp(x - ReduceMax(x)) / ReduceSum(Exp(...))` over one axis        | `linnet::softmax`   |
 | `w * (x * 1/sqrt(ReduceMean(x^2) + eps))` over the last axis       | `linnet::rms_norm`  |
+| `(x - mean) / sqrt(mean((x - mean)^2) + eps) * w + b` (`layer_norm`)| `linnet::layer_norm`|
 
 PyTorch spells RMS norm several ways (`Pow` or `Mul` for the square,
 `Reciprocal(Sqrt)` or `Div(1, Sqrt)` or `Div(x, Sqrt)`, with or without the
@@ -257,6 +258,12 @@ def rms_norm(graph: Graph) -> list[str]:
     return _run(graph, ("Mul",), pattern, make, lambda n, m: _recovered("rms_norm", n, m))
 
 
+def _layer_norm(graph: Graph) -> list[str]:
+    from linnet.sourcegen.patterns.layer_norm import layer_norm
+
+    return layer_norm(graph)
+
+
 def _attention(graph: Graph) -> list[str]:
     from linnet.sourcegen.patterns.attention import recover_attention
 
@@ -269,4 +276,13 @@ def _rope(graph: Graph) -> list[str]:
     return recover_rope(graph)
 
 
-PASSES: list[Callable[[Graph], list[str]]] = [silu, gelu, softmax, rms_norm, _attention, _rope]
+# Layer norm before RMS norm: a layer norm's tail is an RMS norm of the centred input.
+PASSES: list[Callable[[Graph], list[str]]] = [
+    silu,
+    gelu,
+    softmax,
+    _layer_norm,
+    rms_norm,
+    _attention,
+    _rope,
+]
