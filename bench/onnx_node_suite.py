@@ -14,8 +14,10 @@ compared with the case's expected outputs using the case's own tolerances (the
 comparison ONNX's backend test runner makes). Outcomes:
 
 - pass: every output matches;
-- unmapped: the import refused (an operator outside the table, or an attribute
-  combination a translator does not handle; the refusal names the node and why);
+- unmapped: the import refused, recognised by the exception's type
+  (`UnmappedOperatorsError`: an operator outside the table, or an attribute
+  combination a translator does not handle, each node named with why;
+  its base `ImportRefusedError`: a tensor of a dtype Linnet lacks);
 - wrong: the import succeeded but an output differs (shape, dtype or values);
 - error: anything else (a generated source that does not check, a crash).
 
@@ -78,7 +80,6 @@ SHAPE_ARITHMETIC = {
     "Gather", "Slice", "Identity", "Reshape", "Abs", "Neg", "Mod", "Ceil", "Floor",
 }  # fmt: skip
 """Operators through which graph inputs feed compile-time inputs (expanded function bodies)."""
-UNMAPPED_MARKERS = ("have no Linnet translation", "cannot import")
 
 
 def load_cases(pattern: str | None) -> list[Any]:
@@ -239,6 +240,7 @@ def run_linnet(
 
 def _import_and_run(case: Any, model: Any, frozen: list[str], workdir: Path) -> tuple[str, str]:
     from linnet.errors import LinnetError
+    from linnet.onnx import ImportRefusedError, UnmappedOperatorsError
     from linnet.onnx.importer import import_onnx
 
     out = workdir / "model.linnet"
@@ -246,10 +248,11 @@ def _import_and_run(case: Any, model: Any, frozen: list[str], workdir: Path) -> 
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             result = import_onnx(model, output=out, weights=wdir, module_name="imported")
+    except UnmappedOperatorsError as exc:
+        return "unmapped", str(exc.refusals[0])[:300]  # `node` (domain::op): reason
+    except ImportRefusedError as exc:
+        return "unmapped", _one_line(exc)
     except LinnetError as exc:
-        text = str(exc)
-        if any(m in text for m in UNMAPPED_MARKERS) and "internal error" not in text:
-            return "unmapped", _first_reason(text)
         return "error", "import: " + _one_line(exc)
     except Exception as exc:  # a crash in the importer is a finding, never fatal here
         return "error", f"import crashed: {type(exc).__name__}: {_one_line(exc)}"
@@ -329,11 +332,6 @@ def run_ort(case: Any) -> bool:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
-
-
-def _first_reason(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return (lines[1] if len(lines) > 1 else lines[0])[:300]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -356,6 +356,93 @@ def test_nodes_outside_the_table_are_all_named(tmp_path: Path) -> None:
         assert f"`{label}` ({op})" in text, text
 
 
+def test_unused_unmapped_nodes_refuse_before_dead_nodes_are_dropped(tmp_path: Path) -> None:
+    """An unmapped node whose result nothing reads (at the top level or inside an
+    `If` branch) still stops the import: one typed error, every node named."""
+    from linnet.onnx import UnmappedOperatorsError
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    branch_out = helper.make_tensor_value_info("picked", TensorProto.FLOAT, [3, 4])
+    then_g = helper.make_graph(
+        [
+            helper.make_node("Gizmo", ["x"], ["unused_inner"], domain="com.example", name="inner"),
+            helper.make_node("Identity", ["x"], ["picked"]),
+        ],
+        "then",
+        [],
+        [branch_out],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["picked"])], "else", [], [branch_out]
+    )
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    nodes = [
+        helper.make_node("Bernoulli", ["x"], ["coin_out"], name="coin"),
+        helper.make_node("FancyOp", ["x"], ["fancy_out"], domain="com.example", name="custom"),
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g),
+    ]
+    model = _model(nodes, [x], [y], [cond])
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    out = tmp_path / "refused.linnet"
+    with pytest.raises(UnmappedOperatorsError) as info:
+        import_onnx(model, output=out, weights=tmp_path / "w")
+    assert not out.exists() and not (tmp_path / "w").exists()
+    got = {(r.name, r.domain, r.op, r.reason) for r in info.value.refusals}
+    assert got == {
+        ("coin", "", "Bernoulli", "no translation for this operator"),
+        ("custom", "com.example", "FancyOp", "no translation for this operator"),
+        ("inner", "com.example", "Gizmo", "no translation for this operator"),
+    }
+    text = str(info.value)
+    assert "3 node(s) have no Linnet translation" in text
+    for label, op in (("coin", "Bernoulli"), ("custom", "com.example::FancyOp")):
+        assert f"`{label}` ({op})" in text, text
+    # Without the unmapped nodes the same graph imports (the dead Relu is dropped).
+    then_g.node.pop(0)
+    plain_if = helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)
+    kept = _model([nodes[2], plain_if], [x], [y], [cond])
+    source = _same(kept, [{"x": np.ones((3, 4), np.float32)}], tmp_path / "ok")
+    assert "relu" not in source, source
+
+
+def test_refusals_are_recognised_by_type(tmp_path: Path) -> None:
+    """A translator's refusal is an `UnmappedOperatorsError`; a graph input of a dtype
+    Linnet lacks is its base `ImportRefusedError`; both are `LinnetError`s."""
+    from linnet.onnx import ImportRefusedError, UnmappedOperatorsError
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])
+    p = helper.make_tensor_value_info("p", TensorProto.FLOAT, None)
+    pool = helper.make_node("MaxPool", ["x"], ["p", "idx"], kernel_shape=[2, 2], name="pool")
+    with pytest.raises(UnmappedOperatorsError) as info:
+        import_onnx(_model([pool], [x], [p]), output=tmp_path / "a.linnet")
+    (refusal,) = info.value.refusals
+    assert (refusal.name, refusal.op) == ("pool", "MaxPool") and "Indices" in refusal.reason
+    f8 = helper.make_tensor_value_info("f8", TensorProto.FLOAT8E4M3FN, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    cast = helper.make_node("Cast", ["f8"], ["y"], to=TensorProto.FLOAT)
+    with pytest.raises(ImportRefusedError) as refused:
+        import_onnx(_model([cast], [f8], [y], opset=19), output=tmp_path / "b.linnet")
+    assert not isinstance(refused.value, UnmappedOperatorsError)
+    assert isinstance(refused.value, LinnetError) and "dtype Linnet lacks" in str(refused.value)
+
+
+def test_a_rank_0_folded_constant_stays_a_scalar(tmp_path: Path) -> None:
+    """Two rank-0 constants folded into one (NumPy gives a scalar, not an array)
+    stay a scalar: adding it to a scalar input gives a scalar, as in ONNX Runtime."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [
+        helper.make_node("Constant", [], ["a"], value_float=2.5),
+        helper.make_node("Constant", [], ["b"], value_float=4.0),
+        helper.make_node("Add", ["a", "b"], ["s"]),
+        helper.make_node("Add", ["x", "s"], ["y"]),
+    ]
+    source = _same(_model(nodes, [x], [y]), [{"x": np.array(0.25, np.float32)}], tmp_path)
+    assert "6.5" in source and "-> f32" in source, source
+
+
 def test_a_newer_opset_of_a_known_operator_still_translates(tmp_path: Path) -> None:
     """Translators key on the operator, not the opset version: ReduceSum at opset 11
     (axes attribute) and opset 21 (axes input) both import."""

@@ -19,6 +19,9 @@ imports onnx (onnxruntime only when a session is made).
   per entry and shapes, weights as OrtValues, state kept on the device.
 - `import_onnx(model, output=...)` -> `ImportResult` (`linnet.onnx.importer`):
   an ONNX graph back to checked, formatted Linnet source and SafeTensors.
+  A model it cannot map raises `UnmappedOperatorsError` (`.refusals`: each
+  node's name, domain, operator and reason) or, for anything else Linnet
+  cannot express, its base `ImportRefusedError`.
 
 The graph contract (names, metadata) is in `linnet.onnx.export_assemble`;
 which dtype runs where in `linnet.onnx.export_dtypes`.
@@ -36,6 +39,7 @@ from linnet.onnx.text import model_from_text, model_to_text
 
 _RUNTIME = ("OnnxModel", "load_model")
 _IMPORTER = ("ImportResult", "import_onnx")
+_REFUSALS = ("ImportRefusedError", "UnmappedOperatorsError")
 
 
 def __getattr__(name: str) -> Any:
@@ -48,14 +52,20 @@ def __getattr__(name: str) -> Any:
         from linnet.onnx import importer
 
         return getattr(importer, name)
+    if name in _REFUSALS:
+        from linnet.sourcegen import refusals
+
+        return getattr(refusals, name)
     raise AttributeError(f"module 'linnet.onnx' has no attribute {name!r}")
 
 
 __all__ = [
     "ExportedModel",
     "GraphIO",
+    "ImportRefusedError",
     "ImportResult",
     "OnnxModel",
+    "UnmappedOperatorsError",
     "check_provider",
     "export_function",
     "export_ir",

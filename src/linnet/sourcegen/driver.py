@@ -12,11 +12,15 @@ Statements nothing reads are dropped at the end.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 from linnet.check.dims import Dim
 from linnet.sourcegen import build
 from linnet.sourcegen.graph import Graph, Node, TensorInfo
-from linnet.sourcegen.layout import Layout
-from linnet.sourcegen.names import sanitize
+from linnet.sourcegen.layout import Layout, Tree
+from linnet.sourcegen.names import plan_local_names, sanitize, shorter_name
+from linnet.sourcegen.outline import defined, names_read, transform
 from linnet.sourcegen.translate import (
     _FOLD_LIMIT,
     Context,
@@ -27,6 +31,7 @@ from linnet.sourcegen.translate import (
     Value,
     numpy_dtype_name,
 )
+from linnet.syntax import ast
 
 
 def run(graph: Graph, registry: Registry, layout: Layout) -> Translation:
@@ -37,6 +42,8 @@ def run(graph: Graph, registry: Registry, layout: Layout) -> Translation:
     their outputs are skipped, not reported (their cause already is).
     """
     t = Translation(graph, layout)
+    t.preferred = plan_local_names(graph.nodes, [o.name for o in graph.outputs])
+    t.member_names = method_scope_members(layout)
     stored_inputs = {name for name in graph.paths if name not in graph.initializers}
     for info in graph.inputs:
         if info.name in graph.initializers:
@@ -62,9 +69,7 @@ def run(graph: Graph, registry: Registry, layout: Layout) -> Translation:
         t.values[name] = Value(
             tuple(Dim.const(int(s)) for s in arr.shape), numpy_dtype_name(arr.dtype), const=arr
         )
-    dead: set[str] = set()
-    for node in graph.nodes:
-        _translate_node(t, registry, node, dead)
+    translate_nodes(t, registry, graph.nodes)
     for info in graph.outputs:
         if info.name in t.values:
             value = t.values[info.name]
@@ -75,6 +80,17 @@ def run(graph: Graph, registry: Registry, layout: Layout) -> Translation:
     if dropped:
         t.notes.append(f"dropped {dropped} computed values nothing reads")
     return t
+
+
+def translate_nodes(t: Translation, registry: Registry, nodes: Sequence[Node]) -> int:
+    """Translate `nodes` in order into `t` (a graph's, or a subgraph body's whose
+    formal inputs are already bound in `t.values`); returns how many refusals
+    they added. A node reading a refused node's result is skipped (see `run`)."""
+    before = len(t.refusals)
+    dead: set[str] = set()
+    for node in nodes:
+        _translate_node(t, registry, node, dead)
+    return len(t.refusals) - before
 
 
 def drop_unused_statements(t: Translation) -> int:
@@ -156,6 +172,7 @@ def _translate_node(t: Translation, registry: Registry, node: Node, dead: set[st
     for i, out in enumerate(node.outputs):
         if out:
             t.values[out] = ctx._outputs[i]
+    rename_outputs(ctx, mark)
     note = node.attrs.get("_note")
     if note:
         t.notes.append(str(note))
@@ -190,3 +207,82 @@ def _stored_input(t: Translation, info: TensorInfo) -> Value:
     if info.dtype is None:
         raise Unsupported(f"weight input `{info.name}` has a dtype Linnet lacks")
     return Value(tuple(dims), info.dtype, source=info.name)
+
+
+def rename_outputs(ctx: Context, mark: int) -> None:
+    """Give the locals holding a node's results the names planned for them.
+
+    Translators name locals after what they compute (`product`, `reshaped`);
+    where the model's names say more (`q_proj`, `logits`; `Translation.preferred`),
+    each local bound to one of the node's results by the statements from
+    `mark` on is renamed, in those statements and in every value and cached
+    constant expression the node touched (nothing else can read it yet).
+    """
+    t, node = ctx.t, ctx.node
+    made = {defined(s) for s in t.body[mark:]}
+    renames: dict[str, str] = {}
+    for i, out in enumerate(node.outputs):
+        want = t.preferred.get(out) if out else None
+        value = ctx._outputs.get(i)
+        if not want or value is None or not isinstance(value.expr, ast.Name):
+            continue
+        old = value.expr.ident.name
+        if old not in made or old in renames or old == want:
+            continue
+        if want in t.member_names:
+            # A local named like a member of the block whose body it may end up in
+            # would shadow that member (4.4 lookup order): `q_proj` -> `q`, else as is.
+            want = shorter_name(want)
+            if not want or want in t.member_names:
+                continue
+        t.locals.release(old)
+        renames[old] = t.locals.fresh(want)
+    if not renames:
+        return
+    rename = _renamer(renames)
+    t.body[mark:] = [transform(s, rename) for s in t.body[mark:]]
+    touched = [*ctx._outputs.values(), *(v for v in map(ctx.input, range(ctx.n_inputs)) if v)]
+    for value in touched:
+        if value.expr is not None:
+            value.expr = transform(value.expr, rename)
+    for key, expr in t.const_exprs.items():
+        if names_read(expr) & renames.keys():
+            t.const_exprs[key] = transform(expr, rename)
+    for old, new in renames.items():
+        t.local_values[new] = t.local_values.pop(old)
+
+
+def method_scope_members(layout: Layout) -> frozenset[str]:
+    """Member names of the blocks generated bodies live in: the root (the entry) and
+    every element of a sub array (outlined `forward` methods)."""
+    names = set(layout.root.children)
+    stack = [layout.root]
+    while stack:
+        tree = stack.pop()
+        for child in tree.children.values():
+            if isinstance(child, Tree):
+                if tree.array:
+                    names |= set(child.children)
+                stack.append(child)
+    return frozenset(names)
+
+
+def _renamer(renames: dict[str, str]) -> Callable[[Any], Any]:
+    """A `transform` callback renaming locals where they are read and defined (member
+    names and labels, also identifiers, are left alone)."""
+
+    def fn(node: Any) -> Any:
+        if isinstance(node, ast.Name) and node.ident.name in renames:
+            return build.name(renames[node.ident.name])
+        if isinstance(node, ast.NamePattern) and node.name.name in renames:
+            return ast.NamePattern(build.ident(renames[node.name.name]), node.span)
+        if isinstance(node, ast.ComprehensionStmt) and node.name.name in renames:
+            return ast.ComprehensionStmt(
+                build.ident(renames[node.name.name]),
+                node.indices,
+                transform(node.value, fn),
+                node.span,
+            )
+        return None
+
+    return fn

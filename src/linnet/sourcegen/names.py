@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from linnet.sourcegen.graph import Node
 from linnet.syntax.tokens import KEYWORDS, PRELUDE_NAMES, RESERVED
 
 # Reduction words may name locals, but such a local can never be indexed
@@ -68,6 +69,10 @@ class Namer:
     def taken(self, name: str) -> bool:
         return name in self._taken
 
+    def release(self, name: str) -> None:
+        """Give `name` back (a local renamed before anything read it)."""
+        self._taken.discard(name)
+
     def fresh(self, hint: str) -> str:
         base = sanitize(hint)
         if base not in self._taken:
@@ -80,3 +85,118 @@ class Namer:
         name = f"{base}_{n}"
         self._taken.add(name)
         return name
+
+
+# ---------------------------------------------------------------- readable local names
+#
+# Exporters name values after the module that made them: torch's TorchScript
+# exporter writes `/model/layers.0/self_attn/q_proj/MatMul_output_0` (module
+# path, then operator), its dynamo exporter names values after ATen ops
+# (`linear_3`, `view_2`) and records the module path on the node
+# (`model.layers.0.self_attn.q_proj`). A person names the result of a module
+# call after the module (`let q_proj = ...`), not after its last operator, and
+# never after a layer number (every layer's body must read the same, so the
+# outliner can turn them into one method). Values that do not leave a module
+# keep the short name the translator gives (`reshaped`, `attended`, `normed`).
+
+_NUMBER = re.compile(r"^\d+$")
+_GENERATED = re.compile(
+    r"^(?:val|output|out|tensor|onnx_\w+|.*_output)_?\d*$|^\d+$|^[A-Z][A-Za-z]*_?\d*$"
+)
+_LAYER_RESULT = "out"
+"""The name of what a repeated element (`layers.0`, `h.3`) returns."""
+
+
+def module_path(scope: str, node_name: str, value_name: str) -> tuple[str, ...]:
+    """The module path a node belongs to, as components (`("model", "layers", "0", "mlp")`).
+
+    `scope` is the path an exporter recorded (dotted); otherwise a TorchScript
+    name `/a/b.0/c/Op_2` (node) or `/a/b.0/c/Op_2_output_0` (value) gives
+    `a.b.0.c`. Scopes an exporter invents (`_empty_nn_module_stack...`) are
+    no path.
+    """
+    if scope and not scope.startswith("_"):
+        return tuple(p for p in scope.split(".") if p)
+    for text in (node_name, value_name):
+        if text.startswith("/") and text.count("/") >= 2:
+            parts = [p for p in text.split("/")[1:-1] if p]
+            return tuple(q for p in parts for q in p.split(".") if q)
+    return ()
+
+
+def module_name(path: tuple[str, ...]) -> str:
+    """What a value leaving module `path` is called: its last component (`q_proj`);
+    for an element of a repeated stack (`layers.0`), `out`, so no layer number shows."""
+    if not path:
+        return ""
+    if _NUMBER.match(path[-1]):
+        return _LAYER_RESULT
+    name = sanitize(path[-1].lower(), "v")
+    return name.removesuffix("_fn") if name.endswith("_fn") and len(name) > 3 else name
+
+
+_KIND_SUFFIX = re.compile(r"_(?:proj|projection|fn|func|layer|module)$")
+
+
+def shorter_name(name: str) -> str:
+    """`q_proj` -> `q`, `act_fn` -> `act`: the module name without its kind word, or `""`."""
+    short = _KIND_SUFFIX.sub("", name)
+    return short if short != name and short and short not in FORBIDDEN else ""
+
+
+def output_name(name: str) -> str:
+    """A graph output's name when a person chose it (`logits`), else `""`."""
+    if "/" in name or ":" in name or "." in name:
+        return ""
+    clean = sanitize(name, "")
+    if not clean or _GENERATED.match(clean) or clean != name:
+        return ""
+    return clean.lower() if clean.lower() not in FORBIDDEN else ""
+
+
+def plan_local_names(nodes: Iterable[Node], outputs: Iterable[str]) -> dict[str, str]:
+    """A readable name for each value whose model names carry meaning.
+
+    - a graph output a person named (`logits`) keeps that name;
+    - a value read outside the module that made it (or returned) is named
+      after that module (`q_proj`, `mlp`, `act`, `out` for a layer's result),
+      unless the module hands out several values (each keeps its own name).
+    Values not listed keep the translator's name.
+    """
+    node_list = list(nodes)
+    graph_outputs = list(outputs)
+    paths: dict[str, tuple[str, ...]] = {}
+    for node in node_list:
+        for out in node.outputs:
+            if out:
+                paths[out] = module_path(node.scope, node.name, out)
+    leaving: dict[str, bool] = {v: False for v in paths}
+    returned = set(graph_outputs)
+    for node in node_list:
+        reader = None
+        for value in node.inputs:
+            if value not in paths or leaving[value]:
+                continue
+            if reader is None:
+                reader = _reader_path(node)
+            path = paths[value]
+            if path and reader[: len(path)] != path:
+                leaving[value] = True
+    per_module: dict[tuple[str, ...], int] = {}
+    for value, path in paths.items():
+        if path and (leaving[value] or value in returned):
+            per_module[path] = per_module.get(path, 0) + 1
+    plan: dict[str, str] = {}
+    for value, path in paths.items():
+        chosen = output_name(value) if value in returned else ""
+        leaves = path and (leaving[value] or value in returned)
+        if not chosen and leaves and per_module[path] == 1:
+            chosen = module_name(path)
+        if chosen:
+            plan[value] = chosen
+    return plan
+
+
+def _reader_path(node: Node) -> tuple[str, ...]:
+    first = next((o for o in node.outputs if o), "")
+    return module_path(node.scope, node.name, first)

@@ -117,6 +117,19 @@ class Refusal:
         self.node = node
         self.reason = reason
 
+    @property
+    def name(self) -> str:
+        """The node's name (its first output when it has none)."""
+        return self.node.label
+
+    @property
+    def domain(self) -> str:
+        return self.node.domain
+
+    @property
+    def op(self) -> str:
+        return self.node.op
+
     def __str__(self) -> str:
         return f"`{self.node.label}` ({self.node.qualified_op}): {self.reason}"
 
@@ -157,6 +170,9 @@ class Translation:
         self.local_values: dict[str, Value] = {}  # every bound local and entry input, by name
         self.const_exprs: dict[tuple[object, ...], ast.Expr] = {}  # materialised constants
         self.index_namer = Namer()
+        # Readable names for values whose model names carry meaning (`names.plan_local_names`).
+        self.preferred: dict[str, str] = {}
+        self.member_names: frozenset[str] = frozenset()  # names a local must not shadow
         self.opaque_dims = 0
 
     # -- generic dimensions --------------------------------------------------

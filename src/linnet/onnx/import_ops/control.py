@@ -44,11 +44,7 @@ def run_subgraph(ctx: Context, graph: Graph, inputs: list[Value]) -> list[Value]
         t.values[name] = Value(
             tuple(Dim.const(int(s)) for s in arr.shape), numpy_dtype_name(arr.dtype), const=arr
         )
-    dead: set[str] = set()
-    before = len(t.refusals)
-    for node in graph.nodes:
-        driver._translate_node(t, REGISTRY, node, dead)
-    if len(t.refusals) > before:
+    if driver.translate_nodes(t, REGISTRY, graph.nodes):
         raise Unsupported("a node of its subgraph cannot be translated (listed separately)")
     out: list[Value] = []
     for info in graph.outputs:
