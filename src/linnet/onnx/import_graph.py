@@ -79,7 +79,73 @@ def onnx_graph(model: onnx.ModelProto) -> Graph:
     }
     graph = _graph(model.graph, opsets)
     graph.paths = paths
+    graph.state, graph.next_state = _state_paths(model, graph)
+    graph.paths.update(graph.state)
     return graph
+
+
+def _state_paths(model: onnx.ModelProto, graph: Graph) -> tuple[dict[str, str], dict[str, str]]:
+    """`linnet.state.<input>` and `linnet.next_state.<output>` metadata, checked.
+
+    A Linnet export reads a state member as a graph input `state<N>` and
+    returns its new value as an output `next_state<N>` (12.6); both name the
+    member's path. Metadata that cannot describe such a model (a name that is
+    no input or output, two inputs or outputs for one path, a state whose value
+    before and after the call differ in type) is refused here, with the key.
+    """
+    reads: dict[str, str] = {}
+    writes: dict[str, str] = {}
+    for p in model.metadata_props:
+        for prefix, table in (("linnet.state.", reads), ("linnet.next_state.", writes)):
+            if p.key.startswith(prefix):
+                table[p.key.removeprefix(prefix)] = p.value
+    inputs = {info.name: info for info in graph.inputs}
+    outputs = {info.name: info for info in graph.outputs}
+    for table, known, what in ((reads, inputs, "input"), (writes, outputs, "output")):
+        owner: dict[str, str] = {}
+        for name, path in table.items():
+            kind = "linnet.state" if table is reads else "linnet.next_state"
+            if name not in known:
+                raise LinnetError(
+                    f"metadata `{kind}.{name}` names no graph {what} (the {what}s are "
+                    + ", ".join(f"`{n}`" for n in known)
+                    + ")"
+                )
+            if not path:
+                raise LinnetError(f"metadata `{kind}.{name}` gives no state path")
+            if path in owner:
+                raise LinnetError(
+                    f"graph {what}s `{owner[path]}` and `{name}` both claim the state `{path}`"
+                )
+            owner[path] = name
+            if path in graph.paths.values():
+                raise LinnetError(f"`{path}` is both a parameter and a state member")
+    for table, known in ((reads, inputs), (writes, outputs)):
+        for name, path in table.items():
+            info = known[name]
+            if info.shape is None or not all(isinstance(d, int) for d in info.shape):
+                raise LinnetError(
+                    f"state `{path}`: graph {'input' if table is reads else 'output'} `{name}` "
+                    f"is {_type_text(info)}; a state member needs a fixed size on every axis "
+                    "(export with every generic bound)"
+                )
+    for name, path in writes.items():
+        before = next((inputs[n] for n, p in reads.items() if p == path), None)
+        after = outputs[name]
+        if before is not None and (before.dtype, before.shape) != (after.dtype, after.shape):
+            raise LinnetError(
+                f"state `{path}`: graph input `{before.name}` is {_type_text(before)} but "
+                f"output `{name}` is {_type_text(after)}; the value after the call must have "
+                "the type of the value before it"
+            )
+    return reads, writes
+
+
+def _type_text(info: TensorInfo) -> str:
+    dims = (
+        "?" if info.shape is None else ", ".join("?" if d is None else str(d) for d in info.shape)
+    )
+    return f"Tensor[{dims}; {info.dtype or '?'}]"
 
 
 def _graph(g: onnx.GraphProto, opsets: dict[str, int]) -> Graph:

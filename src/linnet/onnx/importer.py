@@ -34,12 +34,14 @@ from linnet.errors import LinnetError
 from linnet.onnx import import_ops  # noqa: F401 - registers every operator translator
 from linnet.onnx.import_graph import REGISTRY, onnx_graph
 from linnet.records import field, record
-from linnet.sourcegen.graph import Graph
+from linnet.sourcegen.graph import Graph, TensorInfo
 from linnet.sourcegen.layout import Layout, name_anonymous
 from linnet.sourcegen.module import assemble, format_module
 from linnet.sourcegen.names import sanitize
 from linnet.sourcegen.outline import outline
 from linnet.sourcegen.patterns import recover
+from linnet.sourcegen.refusals import ImportRefusedError, check_mapped, refusal_error
+from linnet.sourcegen.state import restore_state
 from linnet.sourcegen.translate import Translation, Unsupported, numpy_dtype_name, translate
 from linnet.sourcegen.weights import FileRange, StoredTensor, write_safetensors
 
@@ -61,7 +63,9 @@ class ImportResult:
     to the stored tensor name it binds; `constants` are the paths of the
     members that hold constants written into the model itself (tensors Linnet
     has no expression for: a rotary table an exporter folded), saved with the
-    weights under those paths; `bindings` is the subset whose path
+    weights under those paths; `state` the paths of the `state` members
+    (a Linnet export's `state<N>` / `next_state<N>`, which are no entry inputs
+    or results; checkpoints hold none); `bindings` is the subset whose path
     differs from the name (what `bindings.json` holds); `weights` is the
     SafeTensors file written, if any.
     """
@@ -73,6 +77,7 @@ class ImportResult:
     entry: str
     parameters: dict[str, str] = field(default_factory=dict)
     constants: list[str] = field(default_factory=list)
+    state: list[str] = field(default_factory=list)
     bindings: dict[str, str] = field(default_factory=dict)
     weights: Path | None = None
 
@@ -101,34 +106,52 @@ def import_onnx(
     proto, base_dir = _load(model)
     inferred = _infer(proto)
     graph = onnx_graph(inferred)
+    check_mapped(graph, REGISTRY, _model_label(model))  # before recovery drops unused nodes
     ranges = _attach_external(graph, proto, base_dir)
     entry = _metadata(proto, "linnet.entry") or "forward"
     named, notes = name_anonymous(graph)
     notes += recover(graph)
+    write_only = {
+        name: path for name, path in graph.next_state.items() if path not in graph.state.values()
+    }
     layout = Layout.plan(
-        _stored_list(graph), {**named, **graph.paths}, sanitize(root_name, "Model")
+        _stored_list(graph, write_only),
+        {**named, **graph.paths, **write_only},
+        sanitize(root_name, "Model"),
+        state={*graph.state, *write_only},
     )
     try:
         t = translate(graph, REGISTRY, layout)
     except Unsupported as exc:
-        raise LinnetError(f"cannot import {_model_label(model)}: {exc}") from None
+        raise ImportRefusedError(f"cannot import {_model_label(model)}: {exc}") from None
     if t.refusals:
-        raise LinnetError(_refusal_message(model, t))
+        raise refusal_error(_model_label(model), t.refusals)
     notes += t.notes
+    writers, state_notes = restore_state(t, layout)
+    notes += state_notes
     name = module_name or sanitize(out_path.stem.replace("-", "_"), "model").lower()
     methods: dict[str, list[Any]] = {}
     for done in outline(t, layout):
         methods.setdefault(done.type_name, []).append(done.method)
         notes.append(f"each element of `{done.type_name}` runs one `forward` method")
+    for type_name, fns in writers.items():
+        methods.setdefault(type_name, []).extend(fns)
     file = assemble(
         t, layout, module_name=name, entry_name=sanitize(entry, "forward"), methods=methods
     )
     text = format_module(file)
     _check(text, out_path, std_root)
+    state = sorted(
+        path
+        for stored, path in layout.paths.items()
+        if _is_used(layout, stored) and layout.leaf(stored).kind == "state"
+    )
     parameters = {
         path: stored
         for stored, path in layout.paths.items()
-        if _is_used(layout, stored) and not stored.startswith("const::")
+        if _is_used(layout, stored)
+        and not stored.startswith("const::")
+        and layout.leaf(stored).kind == "param"
     }
     constants = [
         path
@@ -149,6 +172,7 @@ def import_onnx(
         entry=sanitize(entry, "forward"),
         parameters=parameters,
         constants=constants,
+        state=state,
         bindings={},
     )
     if weights is not None:
@@ -309,8 +333,11 @@ def _metadata(proto: onnx.ModelProto, key: str) -> str | None:
     return None
 
 
-def _stored_list(graph: Graph) -> list[tuple[str, tuple[int, ...], str]]:
-    """Stored tensors that become members: weights, not small integer shape constants."""
+def _stored_list(
+    graph: Graph, write_only: dict[str, str]
+) -> list[tuple[str, tuple[int, ...], str]]:
+    """Stored tensors that become members: weights, not small integer shape constants,
+    and state (graph inputs holding a state member; outputs for one only written)."""
     out: list[tuple[str, tuple[int, ...], str]] = []
     for name, arr in graph.initializers.items():
         dtype = numpy_dtype_name(arr.dtype)
@@ -322,7 +349,16 @@ def _stored_list(graph: Graph) -> list[tuple[str, tuple[int, ...], str]]:
         if info.name in graph.paths and info.name not in graph.initializers and info.dtype:
             shape = tuple(d for d in (info.shape or ()) if isinstance(d, int))
             out.append((info.name, shape, info.dtype))
+    for info in graph.outputs:
+        if info.name in write_only and info.dtype:
+            out.append((info.name, _static_shape(info), info.dtype))
     return out
+
+
+def _static_shape(info: TensorInfo) -> tuple[int, ...]:
+    if info.shape is None or not all(isinstance(d, int) and d >= 0 for d in info.shape):
+        raise LinnetError(f"state output `{info.name}` needs a known size on every axis")
+    return tuple(int(d) for d in info.shape)  # type: ignore[arg-type]
 
 
 def _is_used(layout: Layout, stored: str) -> bool:
@@ -337,19 +373,6 @@ def _is_used(layout: Layout, stored: str) -> bool:
 
 def _model_label(model: object) -> str:
     return str(model) if not isinstance(model, onnx.ModelProto) else "the model"
-
-
-def _refusal_message(model: object, t: Translation) -> str:
-    by_op: dict[str, int] = {}
-    for r in t.refusals:
-        by_op[r.node.qualified_op] = by_op.get(r.node.qualified_op, 0) + 1
-    summary = ", ".join(f"{op} ({n})" for op, n in sorted(by_op.items()))
-    lines = [
-        f"cannot import {_model_label(model)}: {len(t.refusals)} node(s) have no Linnet "
-        f"translation: {summary}"
-    ]
-    lines += [f"  - {r}" for r in t.refusals]
-    return "\n".join(lines)
 
 
 def _check(text: str, out_path: Path, std_root: str | os.PathLike[str] | None) -> None:

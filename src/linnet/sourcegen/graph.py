@@ -77,6 +77,10 @@ class Graph:
     `paths` maps the names of stored tensors (or graph inputs that carry
     weights) to the Linnet parameter path they had when a Linnet model was
     exported; `value_info` holds inferred types of intermediate values.
+    `state` maps graph inputs that carry the value of a `state` member before
+    the call to its path (they are in `paths` too), `next_state` maps graph
+    outputs that carry its value after the call to its path (a Linnet
+    export's `state<N>` / `next_state<N>`, a mutated torch buffer).
     """
 
     name: str
@@ -87,6 +91,8 @@ class Graph:
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     value_info: dict[str, TensorInfo] = field(default_factory=dict)
     paths: dict[str, str] = field(default_factory=dict)
+    state: dict[str, str] = field(default_factory=dict)
+    next_state: dict[str, str] = field(default_factory=dict)
     opsets: dict[str, int] = field(default_factory=dict)
 
     def producers(self) -> dict[str, Node]:

@@ -18,7 +18,8 @@ path to the stored name, which is what `bindings.json` records.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
+from typing import Literal
 
 from linnet.sourcegen import build
 from linnet.sourcegen.graph import Graph, Node
@@ -29,21 +30,26 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DIGITS = re.compile(r"[0-9]+\Z")
 
 LeafType = tuple[tuple[int, ...], str]  # stored shape, dtype
+LeafKind = Literal["param", "state"]
 
 
 class Leaf:
-    """A `param` member: the stored tensor it binds and its declared type."""
+    """A `param` member (the stored tensor it binds) or a `state` member (the graph
+    value holding it before the call), and its declared type."""
 
-    __slots__ = ("dtype", "name", "shape", "used")
+    __slots__ = ("dtype", "kind", "name", "shape", "used")
 
-    def __init__(self, name: str, shape: tuple[int, ...], dtype: str) -> None:
+    def __init__(
+        self, name: str, shape: tuple[int, ...], dtype: str, kind: LeafKind = "param"
+    ) -> None:
         self.name = name
         self.shape = shape
         self.dtype = dtype
+        self.kind: LeafKind = kind
         self.used = False
 
     def signature(self) -> object:
-        return ("leaf", self.shape, self.dtype)
+        return ("leaf", self.kind, self.shape, self.dtype)
 
 
 class Tree:
@@ -86,12 +92,15 @@ class Layout:
         stored: list[tuple[str, tuple[int, ...], str]],
         paths: dict[str, str],
         root_name: str = "Model",
+        state: Collection[str] = (),
     ) -> Layout:
-        """Lay out `stored` tensors (name, shape, dtype) by their dotted names."""
+        """Lay out `stored` tensors (name, shape, dtype) by their dotted names;
+        those named in `state` become `state` members."""
         layout = cls(root_name)
         for name, shape, dtype in stored:
             segments = _segments(paths.get(name, name))
-            layout._insert(layout.root, segments, Leaf(name, shape, dtype))
+            kind: LeafKind = "state" if name in state else "param"
+            layout._insert(layout.root, segments, Leaf(name, shape, dtype, kind))
         _settle(layout.root, "")
         _name_types(layout.root)
         layout._record(layout.root, [])
@@ -134,12 +143,18 @@ class Layout:
         return expr
 
     def leaf(self, name: str) -> Leaf:
+        return self.owner(name)[1]
+
+    def owner(self, name: str) -> tuple[Tree, Leaf]:
+        """The block holding a stored tensor's member (an array's element type), and the leaf."""
         node: Tree | Leaf = self.root
+        parent = self.root
         for seg in self.paths[name].split("."):
             assert isinstance(node, Tree)
+            parent = node
             node = node.children[seg]
         assert isinstance(node, Leaf)
-        return node
+        return parent, node
 
     def _insert(self, tree: Tree, segments: list[str], leaf: Leaf) -> None:
         node = tree

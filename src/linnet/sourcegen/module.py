@@ -104,7 +104,7 @@ def _block_decls(
         if isinstance(child, Leaf):
             dims = [build.int_lit(d) for d in (child.shape or (1,))]
             decl_type = build.tensor_type(dims, child.dtype)
-            parts.append(ast.MemberDecl("param", build.ident(key), decl_type, None, build.SPAN))
+            parts.append(ast.MemberDecl(child.kind, build.ident(key), decl_type, None, build.SPAN))
         elif child.array:
             elem = element_type(child)
             arr = build.array_type(
@@ -140,8 +140,11 @@ def _entry(t: Translation, name: str) -> ast.FnDecl:
         False,
         build.SPAN,
     )
-    result: ast.Type
-    if len(t.results) == 1:
+    result: ast.Type | None
+    value: ast.Expr | None
+    if not t.results:
+        result, value = None, None  # an entry that only assigns state returns nothing
+    elif len(t.results) == 1:
         result = value_type(t.results[0])
         value = _result_expr(t, t.results[0])
     else:
@@ -157,7 +160,8 @@ def _entry(t: Translation, name: str) -> ast.FnDecl:
             False,
             build.SPAN,
         )
-    body = ast.Body((*t.body, ast.ReturnStmt(value, build.SPAN)), build.SPAN)
+    tail = () if value is None else (ast.ReturnStmt(value, build.SPAN),)
+    body = ast.Body((*t.body, *tail), build.SPAN)
     return ast.FnDecl(
         True, "entry", build.ident(name), generics, params, result, where, body, build.SPAN
     )

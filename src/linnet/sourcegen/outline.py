@@ -35,6 +35,7 @@ from typing import Any
 from linnet.check.dims import Dim
 from linnet.sourcegen import build
 from linnet.sourcegen.layout import Layout, Tree, _singular, element_type
+from linnet.sourcegen.state import is_state_write
 from linnet.sourcegen.translate import Translation, Value
 from linnet.syntax import ast
 
@@ -133,6 +134,8 @@ def walk(node: Any) -> list[Any]:
 
 
 def defined(stmt: ast.Stmt) -> str:
+    if isinstance(stmt, ast.AssignStmt):
+        return stmt.target.name  # a root `state` member (linnet.sourcegen.state)
     if isinstance(stmt, ast.LetStmt):
         assert isinstance(stmt.pattern, ast.NamePattern)
         return stmt.pattern.name.name
@@ -180,14 +183,18 @@ def _outline_one(t: Translation, member: str, tree: Tree) -> Outlined | None:
     if first is None:
         return None
     # Loop invariants: hoist what depends on no element above the first element.
+    # State writes stay where they are: moved above a read, the read would see the new value.
     tainted: set[str] = set()
-    for s, r in zip(body, reads, strict=True):
-        if r or names_read(s) & tainted:
+    pinned: set[int] = set()
+    for k, (s, r) in enumerate(zip(body, reads, strict=True)):
+        if r or names_read(s) & tainted or is_state_write(s):
             tainted.add(defined(s))
+        if is_state_write(s):
+            pinned.add(k)
     last_read = max(i for i, r in enumerate(reads) if r)
     window = range(first, last_read + 1)
-    hoisted = [body[i] for i in window if defined(body[i]) not in tainted]
-    kept = [body[i] for i in window if defined(body[i]) in tainted]
+    hoisted = [body[i] for i in window if defined(body[i]) not in tainted and i not in pinned]
+    kept = [body[i] for i in window if defined(body[i]) in tainted or i in pinned]
     body = body[:first] + hoisted + kept + body[last_read + 1 :]
     reads = [element_reads(s, member) for s in body]
     starts: list[int] = []
@@ -207,6 +214,8 @@ def _outline_one(t: Translation, member: str, tree: Tree) -> Outlined | None:
     members = set(t.layout.root.children)
     for index, seg in enumerate(segments):
         for stmt in seg:
+            if isinstance(stmt, ast.AssignStmt):
+                return None  # assigns a root state member, which the method cannot
             r = element_reads(stmt, member)
             if r and r != {index}:
                 return None
@@ -295,6 +304,8 @@ def _canonical(seg: list[ast.Stmt], member: str, index: int, carried: str) -> st
     renames[carried] = "carried"
 
     def fn(node: Any) -> Any:
+        if isinstance(node, ast.Member):  # `x.q_proj`: a member's name, never a local
+            return ast.Member(transform(node.target, fn), node.name, node.span)
         if isinstance(node, ast.Name) and node.ident.name in renames:
             return build.name(renames[node.ident.name])
         if isinstance(node, ast.Ident) and node.name in renames:
