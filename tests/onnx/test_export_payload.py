@@ -144,3 +144,26 @@ def test_export_and_save_copy_no_weight(tmp_path: Path) -> None:
     assert peak < width * width * 4 // 4, peak  # a quarter of one weight
     loaded = onnx.load(str(tmp_path / "m.onnx"))
     np.testing.assert_array_equal(numpy_helper.to_array(loaded.graph.initializer[2]), mapped["w2"])
+
+
+def test_session_takes_the_weights_without_putting_them_in_the_message(tmp_path: Path) -> None:
+    """`.session()` hands pending weights to ONNX Runtime as OrtValues over the arrays."""
+    width = 1024  # two 4 MiB weights
+    mapped: dict[str, Array] = {}
+    for name, array in _weights(width).items():
+        np.save(tmp_path / f"{name}.npy", array)
+        mapped[name] = np.load(tmp_path / f"{name}.npy", mmap_mode="r")
+    fn = _mlp(width)
+    exported = export_ir(fn, weights=mapped)
+    tracemalloc.start()
+    try:
+        session = exported.session("cpu")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < width * width * 4 // 4, peak  # no weight copied on the Python side
+    assert not exported._model.graph.initializer[0].raw_data  # still out of the message
+    x = np.random.default_rng(2).normal(size=(2, width)).astype(np.float32)
+    expected, _ = run_function(fn, mapped, {}, [x])
+    (actual,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(actual, expected[0], rtol=1e-4, atol=1e-5)

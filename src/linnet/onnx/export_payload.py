@@ -138,6 +138,31 @@ def write_shared(models: Sequence[tuple[onnx.ModelProto, Payload, Path]], data_p
             tensor.data_location = onnx.TensorProto.DEFAULT
 
 
+PENDING_LOCATION = "linnet-pending-weights"
+"""The external-data location of weights handed to ONNX Runtime as OrtValues, not read."""
+
+
+def serialize_pending(model: onnx.ModelProto, payload: Payload) -> bytes:
+    """`model` serialised with each pending initializer marked as external data.
+
+    ONNX Runtime validates an initializer that has neither data nor an
+    external location, but takes the data of an external one from
+    `SessionOptions.add_external_initializers` without opening its file: the
+    location only has to be there. `model` is unchanged afterwards.
+    """
+    pointed: list[onnx.TensorProto] = []
+    try:
+        for tensor, array in pending_initializers(model, payload):
+            _point(tensor, PENDING_LOCATION, 0, int(array.nbytes))
+            pointed.append(tensor)
+        serialized: bytes = model.SerializeToString()
+        return serialized
+    finally:
+        for tensor in pointed:
+            del tensor.external_data[:]
+            tensor.data_location = onnx.TensorProto.DEFAULT
+
+
 @contextmanager
 def _atomic(target: Path) -> Iterator[BinaryIO]:
     """A new file written under a temporary name in `target`'s folder, renamed on success."""

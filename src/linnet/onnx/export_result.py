@@ -175,10 +175,14 @@ class ExportedModel:
         return target
 
     def session(self, provider: str | None = None, **options: Any) -> onnxruntime.InferenceSession:
-        """An ONNX Runtime session for this model (`check_provider` first)."""
+        """An ONNX Runtime session for this model (`check_provider` first).
+
+        Pending weights go to ONNX Runtime as OrtValues over their arrays, not
+        into the message: a model of any size gets a session without a copy.
+        """
         from linnet.onnx.export_runtime import inference_session
 
-        return inference_session(self.model, provider or self.provider, **options)
+        return inference_session(self._model, provider or self.provider, self._payload, **options)
 
 
 def save_together(

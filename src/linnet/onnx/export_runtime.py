@@ -13,9 +13,10 @@ in any nested graph) counts as a bf16 model.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import onnx
 
 from linnet.errors import LinnetError
@@ -70,10 +71,24 @@ def check_provider(model: onnx.ModelProto, provider: str) -> None:
 
 
 def inference_session(
-    model: onnx.ModelProto, provider: str, **options: Any
+    model: onnx.ModelProto,
+    provider: str,
+    payload: Mapping[str, np.ndarray[Any, Any]] | None = None,
+    **options: Any,
 ) -> onnxruntime.InferenceSession:
-    """A session on `provider` (`cpu`/`cuda`) after `check_provider`; options go to ONNX Runtime."""
+    """A session on `provider` (`cpu`/`cuda`) after `check_provider`; options go to ONNX Runtime.
+
+    `payload` holds the data of initializers that `model` declares without it
+    (`export_payload`): they reach ONNX Runtime as OrtValues sharing the arrays'
+    memory (`SessionOptions.add_external_initializers`), so a model past protobuf's 2 GB
+    limit still gets a session and no weight is copied into a message first.
+    The session keeps the values alive (`_linnet_weights`).
+    """
     import onnxruntime as ort
+
+    from linnet.onnx._values import Device, ortvalue
+    from linnet.onnx.export_payload import pending_initializers, serialize_pending
+    from linnet.weights_safetensors import linnet_dtype_of
 
     check_provider(model, provider)
     available = ort.get_available_providers()
@@ -81,6 +96,14 @@ def inference_session(
     if name not in available:
         raise LinnetError(f"ONNX Runtime here has no {name} (available: {', '.join(available)})")
     session_options = options.pop("sess_options", None)
-    return ort.InferenceSession(
-        model.SerializeToString(), sess_options=session_options, providers=[name], **options
-    )
+    values = []
+    data = model.SerializeToString() if not payload else serialize_pending(model, payload)
+    if payload:
+        session_options = session_options or ort.SessionOptions()
+        for _, array in pending_initializers(model, payload):
+            values.append(ortvalue(array, linnet_dtype_of(array), Device()))
+        names = [tensor.name for tensor, _ in pending_initializers(model, payload)]
+        session_options.add_external_initializers(names, values)
+    session = ort.InferenceSession(data, sess_options=session_options, providers=[name], **options)
+    session._linnet_weights = values
+    return session
