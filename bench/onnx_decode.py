@@ -69,6 +69,16 @@ def read_bandwidth(gigabytes: float = 1.1, rounds: int = 5) -> float:
     return buffer.nbytes / best
 
 
+def ort_defaults() -> Any:
+    """ONNX Runtime's default session options (full graph optimisation, spinning threads)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    return options
+
+
 def hf_model(sizes: dict[str, int], max_seq: int) -> Any:
     """transformers' Llama with seeded random weights (norm weights perturbed from 1)."""
     import torch
@@ -161,10 +171,19 @@ def main() -> None:
     ours, _, _ = linnet_generate(model, prompt, args.new)  # warm-up
     addresses = {p: model.state_address(p) for p in model.state}
     swaps = model.swaps
-    runs = [linnet_generate(model, prompt, args.new) for _ in range(args.rounds)]
+    # The same model with ONNX Runtime's own default options (pool threads
+    # spin), to show what load_model's CPU default (no spinning) is worth.
+    spinning = load_model(SOURCE, generics=generics, weights=weights,
+                          session_options=ort_defaults())  # fmt: skip
+    linnet_generate(spinning, prompt, args.new)
+    runs, spun = [], []
+    for _ in range(args.rounds):  # interleaved, so that load changes hit both alike
+        runs.append(linnet_generate(model, prompt, args.new))
+        spun.append(linnet_generate(spinning, prompt, args.new))
     moved = [p for p, a in addresses.items() if model.state_address(p) != a]
     ours_decode = statistics.median(r[2] for r in runs)
     ours_prefill = statistics.median(r[1] for r in runs)
+    spun_decode = statistics.median(r[2] for r in spun)
 
     theirs = hf_generate(reference, prompt, args.new)  # warm-up
     full = statistics.median(timed(hf_generate, reference, prompt, args.new)[1]
@@ -198,6 +217,7 @@ def main() -> None:
     print("| path | decode tokens/s | vs transformers | ms/token | GB/s read | of the cap |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name, seconds in (("linnet onnx (load_model)", ours_decode),
+                          ("linnet onnx, ONNX Runtime's default options", spun_decode),
                           ("transformers eager generate", hf_decode)):  # fmt: skip
         rate = steps / seconds
         print(

@@ -53,8 +53,9 @@ _shared_arena = False
 
 
 def session_options(device: Device, base: ort.SessionOptions | None = None) -> ort.SessionOptions:
-    """The options of every session: the caller's `base`, or full graph optimisation;
-    on the CPU, the process-wide shared arena (one arena for all entries' sessions).
+    """The options of every session: the caller's `base`, or full graph optimisation
+    (and no spinning pool threads on the CPU); on the CPU, the process-wide shared
+    arena (one arena for all entries' sessions).
 
     `base` is used as given (it is the caller's choice of threads, spinning,
     profiling...), with the shared-arena entry added on the CPU.
@@ -65,6 +66,12 @@ def session_options(device: Device, base: ort.SessionOptions | None = None) -> o
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # warnings about unused initialisers are noise here
+        if device.kind == "cpu":
+            # Idle pool threads sleep instead of spinning: batch-1 decoding is a
+            # chain of memory-bound matrix-vector products, and threads spinning
+            # between them take the cores the next product needs (a 22-layer
+            # Llama decoded ~1.1x faster on 2 cores, bench/onnx_decode.py).
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if device.kind == "cpu":
         if not _shared_arena:
             info = ort.OrtMemoryInfo(
