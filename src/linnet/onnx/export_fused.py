@@ -105,14 +105,10 @@ STANDARD = frozenset(
         "std.nn.activations::silu",
         "std.nn.activations::gelu_erf",
         "std.nn.activations::gelu",
+        "std.nn.norm::layer_norm",
     }
 )
-"""Callees whose kernel is a standard ONNX operator (kept in `fused=False` exports).
-
-`layer_norm` is a standard operator too but waits behind `fused=True` until the
-ONNX importer reads `LayerNormalization` back into checkable source (the ViT
-round trip in tests/onnx/test_import_models.py fails with it in default exports).
-"""
+"""Callees whose kernel is a standard ONNX operator (kept in `fused=False` exports)."""
 
 
 def fused_call(em: Emitter, op: Op) -> Sequence[str] | None:

@@ -18,7 +18,7 @@ from typing import Any
 from linnet.check.dims import Dim
 from linnet.sourcegen import build
 from linnet.sourcegen.graph import Graph, Node, TensorInfo
-from linnet.sourcegen.layout import Layout, Tree
+from linnet.sourcegen.layout import Layout
 from linnet.sourcegen.names import plan_local_names, sanitize, shorter_name
 from linnet.sourcegen.outline import defined, names_read, transform
 from linnet.sourcegen.translate import (
@@ -43,7 +43,6 @@ def run(graph: Graph, registry: Registry, layout: Layout) -> Translation:
     """
     t = Translation(graph, layout)
     t.preferred = plan_local_names(graph.nodes, [o.name for o in graph.outputs])
-    t.member_names = method_scope_members(layout)
     stored_inputs = {name for name in graph.paths if name not in graph.initializers}
     for info in graph.inputs:
         if info.name in graph.initializers:
@@ -250,21 +249,6 @@ def rename_outputs(ctx: Context, mark: int) -> None:
             t.const_exprs[key] = transform(expr, rename)
     for old, new in renames.items():
         t.local_values[new] = t.local_values.pop(old)
-
-
-def method_scope_members(layout: Layout) -> frozenset[str]:
-    """Member names of the blocks generated bodies live in: the root (the entry) and
-    every element of a sub array (outlined `forward` methods)."""
-    names = set(layout.root.children)
-    stack = [layout.root]
-    while stack:
-        tree = stack.pop()
-        for child in tree.children.values():
-            if isinstance(child, Tree):
-                if tree.array:
-                    names |= set(child.children)
-                stack.append(child)
-    return frozenset(names)
 
 
 def _renamer(renames: dict[str, str]) -> Callable[[Any], Any]:

@@ -276,6 +276,33 @@ def _name_types(root: Tree) -> None:
     visit(root, "")
 
 
+def method_scope_members(layout: Layout) -> frozenset[str]:
+    """Member names of the blocks generated bodies live in: the root (the entry) and
+    every element of a sub array (outlined `forward` methods). A local or an
+    imported function named like one would be shadowed there (4.4 lookup order)."""
+    names = set(layout.root.children)
+    stack = [layout.root]
+    while stack:
+        tree = stack.pop()
+        for child in tree.children.values():
+            if isinstance(child, Tree):
+                if tree.array:
+                    names |= set(child.children)
+                stack.append(child)
+    return frozenset(names)
+
+
+def type_names(layout: Layout) -> frozenset[str]:
+    """Every block type name of the layout (module items an import must not collide with)."""
+    names = {layout.root.type_name}
+    stack = [layout.root]
+    while stack:
+        tree = stack.pop()
+        names.add(tree.type_name)
+        stack.extend(c for c in tree.children.values() if isinstance(c, Tree))
+    return frozenset(n for n in names if n)
+
+
 def element_type(tree: Tree) -> Tree:
     """The element block of an array node."""
     first = next(iter(tree.children.values()))

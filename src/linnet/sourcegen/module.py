@@ -17,15 +17,19 @@ with the formatter (section 17).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, TypeVar
 
 from linnet.check.dims import Dim
 from linnet.sourcegen import build
 from linnet.sourcegen.layout import Layout, Leaf, Tree, element_type
+from linnet.sourcegen.outline import transform, walk
 from linnet.sourcegen.translate import Translation, Value
 from linnet.syntax import ast
 from linnet.syntax.format import format_file
 
-__all__ = ["assemble", "format_module"]
+__all__ = ["assemble", "format_module", "unshadowed"]
+
+_T = TypeVar("_T")
 
 
 def assemble(
@@ -59,7 +63,92 @@ def assemble(
     root = ast.BlockDecl(True, root.name, None, None, (*root.parts, entry), build.SPAN, build.SPAN)
     items = (*extra_items, *blocks, root)
     module = tuple(build.ident(p) for p in module_name.split("."))
-    return ast.File(module, build.SPAN, uses, items, (), build.SPAN)
+    return unshadowed(ast.File(module, build.SPAN, uses, items, (), build.SPAN))
+
+
+def unshadowed(file: ast.File) -> ast.File:
+    """`file` with every imported function renamed where a declaration shadows it.
+
+    A bare call finds locals, parameters, members and methods before imports
+    (4.4), and an import named like an item collides with it (E1204).
+    Translation already keeps std imports clear of locals, members and block
+    types; this catches names that appear later (the entry's name, methods
+    added by outlining or state writes) by importing the item under an alias no
+    declaration of the file uses, and calling it by that alias. Generated code
+    calls methods only through a member (`layer.forward(...)`) and never calls
+    a local, parameter or member, so every bare call of the name is a call of
+    the import.
+    """
+    declared = _declared_names(file)
+    taken = declared | {_local(i) for use in file.uses for i in use.items or ()}
+    renames: dict[str, str] = {}
+    uses: list[ast.UseDecl] = []
+    for use in file.uses:
+        items: list[ast.Imported] = []
+        for imported in use.items or ():
+            local = _local(imported)
+            if local in declared:
+                n = 1
+                alias = f"{imported.name.name}_fn"
+                while alias in taken:
+                    n += 1
+                    alias = f"{imported.name.name}_fn_{n}"
+                taken.add(alias)
+                renames[local] = alias
+                imported = ast.Imported(imported.name, build.ident(alias), imported.span)
+            items.append(imported)
+        uses.append(_with(use, items=tuple(items)) if use.items is not None else use)
+    if not renames:
+        return file
+    return _with(file, uses=tuple(uses), items=_renamed_calls(file.items, renames))
+
+
+def _renamed_calls(node: _T, renames: dict[str, str]) -> _T:
+    """`node` with every bare call `old(...)` written `renames[old](...)`."""
+
+    def fn(n: Any) -> Any:
+        if isinstance(n, ast.Call) and isinstance(n.callee, ast.Name):
+            new = renames.get(n.callee.ident.name)
+            if new is not None:
+                return _with(n, callee=build.name(new), args=transform(n.args, fn))
+        return None
+
+    result: _T = transform(node, fn)
+    return result
+
+
+def _with(node: _T, **changes: Any) -> _T:
+    """A copy of syntax node `node` with some fields replaced."""
+    fields = {f: getattr(node, f) for f in ast.node_fields(node)}
+    return type(node)(**{**fields, **changes})
+
+
+def _local(imported: ast.Imported) -> str:
+    return (imported.alias or imported.name).name
+
+
+def _declared_names(file: ast.File) -> set[str]:
+    """The names that can shadow an import somewhere: the items, and for every body
+    the members, methods and generics of its block and its own parameters,
+    generics and bindings (members of blocks without bodies shadow nothing)."""
+    names = {item.name.name for item in file.items}
+    bodies: list[ast.FnDecl] = []
+    for item in file.items:
+        if isinstance(item, ast.FnDecl):
+            bodies.append(item)
+        elif isinstance(item, ast.BlockDecl):
+            fns = [p for p in item.parts if isinstance(p, ast.FnDecl)]
+            if fns:
+                names |= {p.name.name for p in item.parts}
+                names |= {g.name.name for g in item.generics.params} if item.generics else set()
+            bodies.extend(fns)
+    for node in walk(tuple(bodies)):
+        if isinstance(
+            node,
+            ast.GenericParam | ast.Param | ast.NamePattern | ast.ComprehensionStmt | ast.VarStmt,
+        ):
+            names.add(node.name.name)
+    return names
 
 
 def format_module(file: ast.File) -> str:

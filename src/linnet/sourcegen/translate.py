@@ -53,7 +53,7 @@ from linnet.check.dims import Dim, Symbol
 from linnet.check.prover import Facts
 from linnet.sourcegen import build
 from linnet.sourcegen.graph import DimLike, Graph, Node
-from linnet.sourcegen.layout import Layout
+from linnet.sourcegen.layout import Layout, method_scope_members, type_names
 from linnet.sourcegen.names import Namer, sanitize
 from linnet.sourcegen.values import FLOAT_DTYPES, INT_DTYPES, Value
 from linnet.syntax import ast
@@ -166,14 +166,16 @@ class Translation:
         self.where: list[tuple[Dim, str, Dim]] = []
         self.notes: list[str] = []
         self.refusals: list[Refusal] = []
-        self.locals = Namer(layout.root.children)  # locals never shadow root members
+        # Names a local must not shadow: the members of every block a body lives in.
+        self.member_names = method_scope_members(layout)
+        self.locals = Namer(self.member_names)  # locals (and std imports) never shadow them
         self.local_values: dict[str, Value] = {}  # every bound local and entry input, by name
         self.const_exprs: dict[tuple[object, ...], ast.Expr] = {}  # materialised constants
         self.index_namer = Namer()
         # Readable names for values whose model names carry meaning (`names.plan_local_names`).
         self.preferred: dict[str, str] = {}
-        self.member_names: frozenset[str] = frozenset()  # names a local must not shadow
         self.opaque_dims = 0
+        self._types: frozenset[str] | None = None  # block type names, once asked
 
     # -- generic dimensions --------------------------------------------------
 
@@ -195,18 +197,30 @@ class Translation:
         return None
 
     def std(self, module: str, item: str) -> str:
-        """The local name of `std.<module>::<item>`, imported once."""
+        """The local name of `std.<module>::<item>`, imported once.
+
+        A bare call finds a local, parameter or member of that name first (4.4),
+        and an import named like a block type collides with it (E1204), so the
+        item is imported under an alias (`attention as attention_fn`) where its
+        own name is taken; the name is then reserved so no later local takes it.
+        """
         items = self.uses.setdefault(module, {})
         local = items.get(item)
         if local is None:
             local = item
-            if self.locals.taken(local) or any(
-                local in other.values() for m, other in self.uses.items() if m != module
-            ):
-                local = self.locals.fresh(f"{item}_")
+            if self.locals.taken(local) or self._item_clash(local):
+                local = self.locals.fresh(f"{item}_fn")  # reserved by `fresh`
+                while self._item_clash(local):
+                    local = self.locals.fresh(f"{item}_fn")
             self.locals.reserve(local)
             items[item] = local
         return local
+
+    def _item_clash(self, name: str) -> bool:
+        """A block type or another import is already called `name`."""
+        if self._types is None:
+            self._types = type_names(self.layout)
+        return name in self._types or any(name in items.values() for items in self.uses.values())
 
     def require(self, lhs: Dim, rel: str, rhs: Dim) -> None:
         lhs, rhs = self.facts.simplify(lhs), self.facts.simplify(rhs)

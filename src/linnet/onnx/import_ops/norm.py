@@ -86,7 +86,9 @@ def statistics(
     inv = ctx.let(
         build.call(
             "rsqrt",
-            build.binary("+", build.binary("/", ctx.ref(squares), divisor), build.float_lit(eps)),
+            build.binary(
+                "+", build.binary("/", ctx.ref(squares), divisor), ctx.literal(eps, dtype)
+            ),
         ),
         squares.shape,
         dtype,
@@ -170,7 +172,7 @@ def _std_norm(
             args.append(build.some(ctx.ref(bv)))
         else:
             args.append(build.none())
-    args.append(build.float_lit(eps))
+    args.append(ctx.literal(eps, "f32"))  # `eps: f32`, shortest spelling
     out = ctx.let(build.call(fn, *args), xv.shape, x.dtype, "normalized")
     return reshaped(ctx, out, x.shape, "normalized") if flat else out
 
@@ -210,7 +212,7 @@ def batch_normalization(ctx: Context) -> None:
         raise Unsupported("statistics must be per-channel vectors of the input's dtype")
     if x.rank == 4:
         fn = ctx.std("nn.norm", "batch_norm")
-        args = [ctx.ref(v) for v in (x, mean, var, scale, bias)] + [build.float_lit(eps)]
+        args = [ctx.ref(v) for v in (x, mean, var, scale, bias)] + [ctx.literal(eps, "f32")]
         ctx.output(0, ctx.let(build.call(fn, *args), x.shape, x.dtype, "normalized"))
         return
     wide = "f64" if x.dtype == "f64" else "f32"
