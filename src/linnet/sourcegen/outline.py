@@ -34,7 +34,7 @@ from typing import Any
 
 from linnet.check.dims import Dim
 from linnet.sourcegen import build
-from linnet.sourcegen.layout import Layout, Tree, _singular, element_type
+from linnet.sourcegen.layout import Layout, Leaf, Tree, _singular, element_type
 from linnet.sourcegen.state import is_state_write
 from linnet.sourcegen.translate import Translation, Value
 from linnet.syntax import ast
@@ -195,7 +195,8 @@ def _outline_one(t: Translation, member: str, tree: Tree) -> Outlined | None:
     window = range(first, last_read + 1)
     hoisted = [body[i] for i in window if defined(body[i]) not in tainted and i not in pinned]
     kept = [body[i] for i in window if defined(body[i]) in tainted or i in pinned]
-    body = body[:first] + hoisted + kept + body[last_read + 1 :]
+    bound, kept = _bind_root_params(t, kept)
+    body = body[:first] + hoisted + bound + kept + body[last_read + 1 :]
     reads = [element_reads(s, member) for s in body]
     starts: list[int] = []
     for index in range(count):
@@ -223,6 +224,44 @@ def _outline_one(t: Translation, member: str, tree: Tree) -> Outlined | None:
             if names_read(outside) & members:
                 return None  # the method could not see another member of the root
     return _rewrite(t, member, tree, body, starts[0], length, segments)
+
+
+def _bind_root_params(
+    t: Translation, kept: list[ast.Stmt]
+) -> tuple[list[ast.Stmt], list[ast.Stmt]]:
+    """Root `param` members the layers read (a stored constant such as a rotary
+    table) bound to locals above the layers, so the method takes them as
+    arguments: `let table = constant`, and the layers read `table`."""
+    root = t.layout.root.children
+    params = {
+        name for name, leaf in root.items() if isinstance(leaf, Leaf) and leaf.kind == "param"
+    }
+    read = sorted(set().union(*(names_read(s) for s in kept)) & params) if kept else []
+    if not read:
+        return [], kept
+    renames: dict[str, str] = {}
+    bound: list[ast.Stmt] = []
+    for name in read:
+        leaf = root[name]
+        assert isinstance(leaf, Leaf)
+        local = t.locals.fresh(f"{name}_value")
+        renames[name] = local
+        t.local_values[local] = Value(
+            tuple(Dim.const(d) for d in leaf.shape), leaf.dtype, expr=build.name(local)
+        )
+        bound.append(
+            ast.LetStmt(ast.NamePattern(build.ident(local), build.SPAN), None,
+                        build.name(name), build.SPAN)
+        )  # fmt: skip
+
+    def rename(node: Any) -> Any:
+        if isinstance(node, ast.Member):  # `x.name` names a member, never the root param
+            return ast.Member(transform(node.target, rename), node.name, node.span)
+        if isinstance(node, ast.Name) and node.ident.name in renames:
+            return build.name(renames[node.ident.name])
+        return None
+
+    return bound, [transform(s, rename) for s in kept]
 
 
 def _rewrite(

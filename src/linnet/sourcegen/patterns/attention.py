@@ -19,6 +19,10 @@ taken back to their `Hk` heads. The mask, when present, must be a boolean
 turned additive (`Where(m, 0, -inf)`, or its negation): a `[Q, K]` mask (or
 `[1, 1, Q, K]`) gives `attention`/`grouped_attention` with `some(mask)`, a
 per-row `[B, 1, Q, K]` mask `attention_rows`/`grouped_attention_rows`.
+Linnet's own exporter writes std `attention`'s body: `Where(mask, scores,
+-1e30)` before the softmax (exactly the standard op, fully masked rows
+included), heads repeated with `Reshape(k, [B, Hk, 1, S, D])` for the unsqueeze;
+a softmax the softmax pass already folded (`linnet::softmax`) is accepted.
 A mask whose construction is proven to be `k <= q` (`linnet.sourcegen.patterns.causal`)
 becomes `causal_mask<S, S>()`, and its subgraph goes once nothing else reads it.
 Note for readers: the standard library gives masked scores -1e30 rather than
@@ -55,6 +59,11 @@ from linnet.sourcegen.patterns.passes import _run, info
 from linnet.sourcegen.translate import Context, Registry, Unsupported, Value
 from linnet.sourcegen.values import FLOAT_DTYPES
 from linnet.syntax import ast
+
+STD_MASKED = -1e30
+"""The score `std.nn.attention` gives a masked key: `select(mask, scores, -1e30)`."""
+
+F32_REL = 2e-7  # -1e30 stored in f32
 
 MASK_FLOOR = -1e9
 """An additive mask value at or below this is "masked" (exp underflows to 0 in every float dtype)."""
@@ -103,9 +112,23 @@ def recover_attention(graph: Graph) -> list[str]:
                     Op("Where", Var("mask"), Const(None, capture="m_t"), Const(None, capture="m_f"))
                 ),
             ),
+            # The standard library's own body (Linnet's exporter): masked scores -1e30.
+            Op("Where", Var("mask"), scaled, Const(STD_MASKED, rel=F32_REL, capture="m_sel")),
             scaled,
         )
-        probs = Bind("p", Op("Softmax", masked, check=last_axis))
+
+        def last_axis_recovered(node: Node) -> bool:
+            rank = _rank(graph, node.inputs[0])
+            return rank is not None and int(node.attrs.get("axis", -1)) == rank - 1
+
+        # The softmax pass may already have folded a spelled-out softmax.
+        probs = Bind(
+            "p",
+            Either(
+                Op("Softmax", masked, check=last_axis),
+                Op("softmax", masked, check=last_axis_recovered, domain="linnet"),
+            ),
+        )
         guarded = Op("Where", Op("IsNaN", probs), Const(0.0), Var("p"))
         # Eager attention casts the probabilities to the value's dtype (a no-op in f32).
         cast = Op("Cast", probs, capture="p_cast")
@@ -122,10 +145,15 @@ def _describe_attention(node: Node, m: Match) -> str:
     mask = "a boolean mask" if node.inputs[3] else "no mask"
     if node.attrs.get("causal"):
         mask = "a causal mask (its construction proven `k <= q`)"
+    caveat = (
+        ""
+        if node.attrs.get("std_masked") or not node.inputs[3]
+        else " (std.nn.attention gives masked scores -1e30, not -inf: rows with every key "
+        "masked differ)"
+    )
     return (
         f"recovered `{kind}` with {mask} and scale {float(node.attrs['scale']):.6g} from "
-        f"{len(m.nodes)} nodes ending at `{node.outputs[0]}` (std.nn.attention gives "
-        "masked scores -1e30, not -inf: rows with every key masked differ)"
+        f"{len(m.nodes)} nodes ending at `{node.outputs[0]}`{caveat}"
     )
 
 
@@ -178,7 +206,15 @@ def _attention_node(graph: Graph, matcher: Matcher, m: Match, root: Node) -> Nod
         scale /= m.consts["d3"]
     attrs["scale"] = scale
     mask = ""
-    if "mask" in m.vars:
+    if "m_sel" in m.consts:
+        attrs["negated"] = False
+        attrs["std_masked"] = True  # masked scores already -1e30, as the std op
+        mask = m.vars["mask"]
+        if _bool_value(graph, mask) and is_causal(matcher, mask, False):
+            attrs["causal"] = True
+        elif not _bool_value(graph, mask):
+            return None
+    elif "mask" in m.vars:
         t, f = m.consts["m_t"], m.consts["m_f"]
         if t == 0.0 and f <= MASK_FLOOR:
             attrs["negated"] = False
@@ -202,9 +238,17 @@ def _attention_node(graph: Graph, matcher: Matcher, m: Match, root: Node) -> Nod
     return Node("attention", "linnet", root.name, inputs, root.outputs, attrs, scope=root.scope)
 
 
+def _bool_value(graph: Graph, name: str) -> bool:
+    i = info(graph, name)
+    return i is not None and i.dtype == "bool"
+
+
 def _unrepeat(matcher: Matcher, value: str) -> tuple[str | None, list[Node], list[str]]:
     """`Reshape(Expand(Unsqueeze(x, 2), e), r)` -> (x, its nodes, [e, r]); the
-    translator checks `e` is `[B, Hk, n, S, D]` and `r` is `[B, Hk * n, S, D]`."""
+    translator checks `e` is `[B, Hk, n, S, D]` and `r` is `[B, Hk * n, S, D]`.
+
+    Linnet's exporter writes the unsqueeze as `Reshape(x, [B, Hk, 1, S, D])`
+    (std `repeat_heads`); that is accepted when the shapes show exactly it."""
     graph = matcher.graph
     reshape = matcher.producers.get(value)
     if reshape is None or reshape.op != "Reshape" or len(reshape.inputs) < 2:
@@ -213,6 +257,13 @@ def _unrepeat(matcher: Matcher, value: str) -> tuple[str | None, list[Node], lis
     if expand is None or expand.op != "Expand":
         return None, [], []
     unsq = matcher.producers.get(expand.inputs[0])
+    if unsq is not None and unsq.op == "Reshape":
+        before, after = _shape(graph, unsq.inputs[0]), _shape(graph, unsq.outputs[0])
+        if before is None or after is None or len(before) != 4:
+            return None, [], []
+        if after != (*before[:2], 1, *before[2:]):
+            return None, [], []
+        return unsq.inputs[0], [], [expand.inputs[1], reshape.inputs[1]]
     if unsq is None or unsq.op != "Unsqueeze":
         return None, [], []
     axes = unsq.attrs.get("axes")
@@ -378,12 +429,12 @@ def _key(ctx: Context, key: Value, groups: int) -> tuple[ast.Expr, tuple[Dim, ..
         if not all(ctx.equal(x, y) for x, y in zip(r2, (b, h, d, n), strict=True)):
             raise Unsupported("not a batched transpose")
         return ctx.ref(key), tuple(key.shape)
+    p = [int(x) for x in perm]
+    if p == [0, 1, 2, 3]:
+        return ctx.ref(key), tuple(key.shape)
     if groups != 1:
         raise Unsupported("a repeated key transposed another way")
-    p = [int(x) for x in perm]
     shape = tuple(key.shape[i] for i in p)
-    if p == [0, 1, 2, 3]:
-        return ctx.ref(key), shape
     expr = build.call("permute", ctx.ref(key), build.shape([build.int_lit(i) for i in p]))
     return expr, shape
 

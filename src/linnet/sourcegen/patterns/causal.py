@@ -8,7 +8,8 @@ comparison read through `GatherND` from broadcast position ids, and-ed with a
 Rather than one pattern per spelling, `is_causal` evaluates the subgraph
 symbolically: the element at index `(i0, i1, ...)` of each value is an
 integer affine expression in the indices (`Range`, `Slice` offsets,
-`Unsqueeze`/`Expand` broadcasting, `Concat` pieces that agree, `GatherND`
+`Unsqueeze`/`Expand` broadcasting, a `Reshape` that only adds or drops unit
+axes, `Concat` pieces that agree, `GatherND`
 with affine indices, `Add`/`Sub`, a `CumSum` of zeros) or a conjunction of
 comparisons of such expressions. The mask is causal when its element is
 exactly `k <= q` over its last two axes, of one extent.
@@ -231,6 +232,19 @@ class _Evaluator:
 
     def _op_Identity(self, node: Node, idx: tuple[Lin, ...], depth: int) -> Element:
         return self.element(node.inputs[0], idx, depth)
+
+    def _op_Reshape(self, node: Node, idx: tuple[Lin, ...], depth: int) -> Element:
+        # Only a reshape that adds or drops unit axes (`[S]` -> `[S, 1]`): the
+        # other axes keep their order and indices.
+        src, dst = _shape(self.graph, node.inputs[0]), _shape(self.graph, node.outputs[0])
+        if src is None or dst is None or len(dst) != len(idx):
+            raise NotProven("unknown shapes")
+        kept = [i for i, d in enumerate(dst) if d != 1]
+        if [d for d in src if d != 1] != [dst[i] for i in kept]:
+            raise NotProven("a reshape that moves elements")
+        inner = iter(idx[i] for i in kept)
+        mapped = tuple(Lin.of({}, 0) if d == 1 else next(inner) for d in src)
+        return self.element(node.inputs[0], mapped, depth)
 
     def _op_Range(self, node: Node, idx: tuple[Lin, ...], depth: int) -> Element:
         start = self._ints(node, 0)

@@ -28,6 +28,12 @@ def install(registry: Registry) -> None:
     from linnet.sourcegen.patterns import attention
 
     attention.install(registry)
+    from linnet.sourcegen.patterns import cache
+
+    cache.install(registry)
+    from linnet.sourcegen.patterns import linear
+
+    linear.install(registry)
 
 
 def _activation(name: str):  # type: ignore[no-untyped-def]

@@ -39,10 +39,13 @@ from linnet.sourcegen.patterns.match import (
 )
 from linnet.sourcegen.patterns.passes import (
     _last_axis,
+    _linnet_rms_normalized,
+    _linnet_rms_shapes,
     _recovered,
     _run,
     info,
     is_float,
+    reduce_axes,
     reduces_one_axis,
 )
 from linnet.sourcegen.translate import numpy_dtype_name
@@ -74,9 +77,56 @@ def _normalized(matcher: Matcher) -> Pattern:
 def layer_norm(graph: Graph) -> list[str]:
     """Replace each spelled-out layer norm with a `linnet::layer_norm` node."""
     notes: list[str] = []
+    for form in ("weight_bias", "weight"):
+        notes += _run(graph, _roots(form), _linnet_pattern(form), _linnet_maker(graph), _describe)
     for form in FORMS:
         notes += _run(graph, _roots(form), _form_pattern(form), _maker(graph), _describe)
     return notes
+
+
+def _linnet_pattern(form: str) -> Callable[[Matcher], Pattern]:
+    """Linnet's exporter's spelling of std `layer_norm` (its canonical body):
+
+        d = xf - Reshape(ReduceSum(xf, [-1], keepdims=0) / H, [*S, 1])
+        n = d * Reshape(Reciprocal(Sqrt(Reshape(MatMul(d_row, d_col)) / H + eps)), [*S, 1])
+        y = Cast?(n) * weight (+ bias)
+
+    the variance written as in `rms_norm` (`passes._linnet_rms_normalized`).
+    """
+
+    def pattern(_: Matcher) -> Pattern:
+        total = Op("ReduceSum", Var("xf"), capture="total")
+        mean = Op("Div", total, Const(None, capture="h_mean"))
+        centred = Op("Sub", Var("xf"), Op("Reshape", mean, Var("_mean"), capture="mean_r"))
+        n = maybe_cast(_linnet_rms_normalized(Bind("d", centred)))
+        if form == "weight_bias":
+            return add(mul(n, Var("w")), Var("b"))
+        return mul(n, Var("w"))
+
+    return pattern
+
+
+def _linnet_maker(graph: Graph) -> Callable[[Matcher, Match, Node], Node | None]:
+    def make(matcher: Matcher, m: Match, root: Node) -> Node | None:
+        shape = _shape_of(graph, m.vars["xf"])
+        if shape is None or not shape or not _linnet_rms_shapes(graph, m, shape):
+            return None
+        total = m.captured["total"]
+        axes = reduce_axes(matcher, total)
+        if int(total.attrs.get("keepdims", 1)) != 0 or axes not in ([-1], [len(shape) - 1]):
+            return None
+        if m.consts["h_mean"] != m.consts["h"]:
+            return None
+        if _shape_of(graph, m.captured["mean_r"].outputs[0]) != (*shape[:-1], 1):
+            return None
+        return _node(graph, matcher, m, root)
+
+    return make
+
+
+def _shape_of(graph: Graph, name: str) -> tuple[object, ...] | None:
+    i = info(graph, name)
+    return None if i is None or i.shape is None else tuple(i.shape)
 
 
 def _roots(form: str) -> tuple[str, ...]:
@@ -104,48 +154,53 @@ def _form_pattern(form: str) -> Callable[[Matcher], Pattern]:
 
 def _maker(graph: Graph) -> Callable[[Matcher, Match, Node], Node | None]:
     def make(matcher: Matcher, m: Match, root: Node) -> Node | None:
-        xf = m.vars["xf"]
         if (
             reduces_one_axis(matcher, m.captured["mean"], last=True) is None
             or reduces_one_axis(matcher, m.captured["var"], last=True) is None
         ):
             return None
-        x = xf
-        producer = matcher.producers.get(xf)
-        matched = {id(n) for n in m.nodes}
-        if (
-            producer is not None
-            and producer.op == "Cast"
-            and producer.domain == ""
-            and all(id(u) in matched for u in matcher.consumers.get(xf, []))
-            and xf not in matcher.outputs
-        ):
-            x = producer.inputs[0]
-            m.nodes.append(producer)
-        xi, xfi, out = info(graph, x), info(graph, xf), info(graph, root.outputs[0])
-        if xi is None or xfi is None or out is None or not is_float(graph, x):
-            return None
-        if xi.shape is None or not xi.shape or out.dtype != xi.dtype:
-            return None
-        # The standard op normalises in f32 and casts back before the affine
-        # tail, exactly what the chain computes when its statistics run in f32.
-        if xfi.dtype != "f32":
-            return None
-        affine = [m.vars.get("w", ""), m.vars.get("b", "")]
-        for name in affine:
-            if name and _vector_of(graph, name) != (xi.shape[-1], xi.dtype):
-                return None
-        return Node(
-            "layer_norm",
-            "linnet",
-            root.name,
-            (x, *affine),
-            root.outputs,
-            {"eps": m.consts["eps"]},
-            scope=root.scope,
-        )
+        return _node(graph, matcher, m, root)
 
     return make
+
+
+def _node(graph: Graph, matcher: Matcher, m: Match, root: Node) -> Node | None:
+    """The `linnet::layer_norm` node for a matched chain, when its dtypes and affine fit."""
+    xf = m.vars["xf"]
+    x = xf
+    producer = matcher.producers.get(xf)
+    matched = {id(n) for n in m.nodes}
+    if (
+        producer is not None
+        and producer.op == "Cast"
+        and producer.domain == ""
+        and all(id(u) in matched for u in matcher.consumers.get(xf, []))
+        and xf not in matcher.outputs
+    ):
+        x = producer.inputs[0]
+        m.nodes.append(producer)
+    xi, xfi, out = info(graph, x), info(graph, xf), info(graph, root.outputs[0])
+    if xi is None or xfi is None or out is None or not is_float(graph, x):
+        return None
+    if xi.shape is None or not xi.shape or out.dtype != xi.dtype:
+        return None
+    # The standard op normalises in f32 and casts back before the affine
+    # tail, exactly what the chain computes when its statistics run in f32.
+    if xfi.dtype != "f32":
+        return None
+    affine = [m.vars.get("w", ""), m.vars.get("b", "")]
+    for name in affine:
+        if name and _vector_of(graph, name) != (xi.shape[-1], xi.dtype):
+            return None
+    return Node(
+        "layer_norm",
+        "linnet",
+        root.name,
+        (x, *affine),
+        root.outputs,
+        {"eps": m.consts["eps"]},
+        scope=root.scope,
+    )
 
 
 def _vector_of(graph: Graph, name: str) -> tuple[object, str | None] | None:

@@ -7,7 +7,8 @@ operand and returns the bindings (`Var` names to value names, `Const`
 captures to floats) and the matched nodes, or None.
 
 Rules that keep recovery conservative:
-- `Op` matches a node of that operator in the default domain whose inputs
+- `Op` matches a node of that operator in the default domain (or the one
+  given: `linnet` for a chain an earlier pass recovered) whose inputs
   match the sub-patterns in order (or, for `commutative` operators, in
   either order); attributes given in `attrs` must be equal;
 - every intermediate value (a value made by a matched node other than the
@@ -65,8 +66,10 @@ class Op(Pattern):
         commutative: bool = False,
         capture: str | None = None,
         check: Callable[[Node], bool] | None = None,
+        domain: str = "",
     ) -> None:
         self.op = op
+        self.domain = domain  # `linnet` for a node an earlier pass recovered
         self.inputs = inputs
         self.attrs = attrs or {}
         self.commutative = commutative
@@ -230,7 +233,7 @@ class Matcher:
             return None
         assert isinstance(p, Op)
         node = self.producers.get(value)
-        if node is None or node.op != p.op or node.domain != "":
+        if node is None or node.op != p.op or node.domain != p.domain:
             return None
         if any(node.attrs.get(k) != v for k, v in p.attrs.items()):
             return None

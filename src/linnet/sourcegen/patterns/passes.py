@@ -6,12 +6,17 @@ call:
 
 | chain (ONNX operator names)                                        | node                |
 | ------------------------------------------------------------------ | ------------------- |
-| `Mul(x, Sigmoid(x))`                                               | `linnet::silu`      |
+| `Mul(x, Sigmoid(x))` (or `x * (1 / (1 + Exp(-x)))`)                | `linnet::silu`      |
 | `0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))`          | `linnet::gelu`      |
 | `0.5 * x * (1 + Erf(x / sqrt(2)))`                                 | `linnet::gelu_erf`  |
 | `Exp(x - ReduceMax(x)) / ReduceSum(Exp(...))` over one axis        | `linnet::softmax`   |
 | `w * (x * 1/sqrt(ReduceMean(x^2) + eps))` over the last axis       | `linnet::rms_norm`  |
 | `(x - mean) / sqrt(mean((x - mean)^2) + eps) * w + b` (`layer_norm`)| `linnet::layer_norm`|
+
+Linnet's own exporter writes std `rms_norm` with the sum of squares as a
+batched `MatMul` of `x` reshaped to a row and a column, then `/ H`, `+ eps`,
+`Reciprocal(Sqrt)` reshaped to `[*S, 1]`; that form is matched too, each
+reshape checked to be exactly the one the standard body implies.
 
 PyTorch spells RMS norm several ways (`Pow` or `Mul` for the square,
 `Reciprocal(Sqrt)` or `Div(1, Sqrt)` or `Div(x, Sqrt)`, with or without the
@@ -48,6 +53,20 @@ F32_REL = 2e-7  # constants stored in f32 are exact to about one ulp
 
 def info(graph: Graph, name: str) -> TensorInfo | None:
     return graph.value_info.get(name)
+
+
+def stored_info(graph: Graph, name: str) -> TensorInfo | None:
+    """`info`, or for a stored tensor without value info (an initializer that is
+    not a graph input), its shape and dtype from the array."""
+    found = info(graph, name)
+    if found is not None:
+        return found
+    arr = graph.initializers.get(name)
+    if arr is None:
+        return None
+    from linnet.sourcegen.translate import numpy_dtype_name
+
+    return TensorInfo(name, numpy_dtype_name(arr.dtype), tuple(int(d) for d in arr.shape))
 
 
 def rank_of(graph: Graph, name: str) -> int | None:
@@ -128,7 +147,10 @@ def _recovered(what: str, node: Node, m: Match) -> str:
 
 def silu(graph: Graph) -> list[str]:
     def pattern(_: Matcher) -> Pattern:
-        return mul(Var("x"), Op("Sigmoid", Var("x")))
+        # Sigmoid as an op, or as its definition `1 / (1 + exp(-x))` (Linnet's
+        # exporter without native ops).
+        spelled = Op("Div", Const(1.0), add(Const(1.0), Op("Exp", Op("Neg", Var("x")))))
+        return mul(Var("x"), Either(Op("Sigmoid", Var("x")), spelled))
 
     def make(matcher: Matcher, m: Match, root: Node) -> Node | None:
         x = m.vars["x"]
@@ -205,7 +227,44 @@ def softmax(graph: Graph) -> list[str]:
             "softmax", "linnet", root.name, (x,), root.outputs, {"axis": axis}, scope=root.scope
         )
 
-    return _run(graph, ("Div",), pattern, make, lambda n, m: _recovered("softmax", n, m))
+    notes = _run(graph, ("Div",), _linnet_softmax, _linnet_softmax_node, _softmax_note)
+    return notes + _run(graph, ("Div",), pattern, make, _softmax_note)
+
+
+def _softmax_note(node: Node, m: Match) -> str:
+    return _recovered("softmax", node, m)
+
+
+def _linnet_softmax(_: Matcher) -> Pattern:
+    """Linnet's exporter's spelling of std `softmax` (its canonical body, in f32):
+    `e = Exp(x - Reshape(ReduceMax(x, [-1], keepdims=0), [*S, 1]))`, then
+    `e / Reshape(ReduceSum(e, [-1], keepdims=0), [*S, 1])`."""
+    peak = Op("Reshape", Op("ReduceMax", Var("x"), capture="max"), Var("_p"), capture="peak")
+    e = Bind("e", Op("Exp", Op("Sub", Var("x"), peak)))
+    total = Op("Reshape", Op("ReduceSum", Var("e"), capture="sum"), Var("_t"), capture="total")
+    return Op("Div", e, total)
+
+
+def _linnet_softmax_node(matcher: Matcher, m: Match, root: Node) -> Node | None:
+    graph = matcher.graph
+    x = m.vars["x"]
+    xi = info(graph, x)
+    if xi is None or xi.shape is None or not xi.shape or xi.dtype != "f32":
+        return None
+    last = len(xi.shape) - 1
+    kept = (*xi.shape[:-1], 1)
+    for reduce, reshaped in (("max", "peak"), ("sum", "total")):
+        node = m.captured[reduce]
+        if int(node.attrs.get("keepdims", 1)) != 0:
+            return None
+        if reduce_axes(matcher, node) not in ([-1], [last]):
+            return None
+        out = info(graph, m.captured[reshaped].outputs[0])
+        if out is None or out.shape is None or tuple(out.shape) != kept:
+            return None
+    return Node(
+        "softmax", "linnet", root.name, (x,), root.outputs, {"axis": last}, scope=root.scope
+    )
 
 
 # ---------------------------------------------------------------- rms norm
@@ -221,6 +280,7 @@ def rms_norm(graph: Graph) -> list[str]:
             mul(Var("xf"), Op("Reciprocal", denom)),
             mul(Var("xf"), Op("Div", Const(1.0), denom)),
             Op("Div", Var("xf"), denom),
+            _linnet_rms_normalized(),
         )
         return mul(Var("w"), maybe_cast(normalized))
 
@@ -238,7 +298,7 @@ def rms_norm(graph: Graph) -> list[str]:
         ):
             x = producer.inputs[0]
             m.nodes.append(producer)
-        xi, xfi, wi = info(graph, x), info(graph, xf), info(graph, w)
+        xi, xfi, wi = info(graph, x), info(graph, xf), stored_info(graph, w)
         out = info(graph, root.outputs[0])
         if xi is None or xfi is None or wi is None or out is None:
             return None
@@ -250,12 +310,57 @@ def rms_norm(graph: Graph) -> list[str]:
             return None
         if not is_float(graph, x) or wi.shape[0] != xi.shape[-1]:
             return None
+        if "sum" in m.captured and not _linnet_rms_shapes(graph, m, xfi.shape):
+            return None
         eps = m.consts["eps"]
         return Node(
             "rms_norm", "linnet", root.name, (x, w), root.outputs, {"eps": eps}, scope=root.scope
         )
 
     return _run(graph, ("Mul",), pattern, make, lambda n, m: _recovered("rms_norm", n, m))
+
+
+def _linnet_rms_normalized(x: Pattern | None = None) -> Pattern:
+    """`xf * Reshape(Reciprocal(Sqrt(Reshape(MatMul(xf_row, xf_col)) / H + eps)))`.
+
+    Linnet's exporter writes std `rms_norm`'s `sum[h] xf * xf` as a batched
+    `MatMul` of `xf` reshaped to `[*S, 1, H]` and `[*S, H, 1]`, `rsqrt` as
+    `Reciprocal(Sqrt)`, and the row statistic broadcast back with a reshape to
+    `[*S, 1]`; `_linnet_rms_shapes` checks every reshape is exactly that.
+    """
+    var = "xf" if x is None else "d"
+    dots = Op(
+        "MatMul",
+        Op("Reshape", Var(var), Var("_row"), capture="row"),
+        Op("Reshape", Var(var), Var("_col"), capture="col"),
+        capture="sum",
+    )
+    mean = Op("Div", Op("Reshape", dots, Var("_ms"), capture="ms"), Const(None, capture="h"))
+    denom = Op("Sqrt", add(mean, Const(None, capture="eps")))
+    inverse = Op("Reshape", Op("Reciprocal", denom), Var("_inv"), capture="inv")
+    # `x` (the layer norm's centred value, bound as `d`) is matched first.
+    return mul(Var("xf") if x is None else x, inverse)
+
+
+def _linnet_rms_shapes(graph: Graph, m: Match, shape: tuple[object, ...] | None) -> bool:
+    """The reshapes of `_linnet_rms_normalized` over `xf: [*S, H]`, and the divisor `H`."""
+    if shape is None or not shape:
+        return False
+    lead, h = tuple(shape[:-1]), shape[-1]
+    if not isinstance(h, int) or m.consts.get("h") != float(h):
+        return False
+    expected = {
+        "row": (*lead, 1, h),
+        "col": (*lead, h, 1),
+        "sum": (*lead, 1, 1),
+        "ms": lead,
+        "inv": (*lead, 1),
+    }
+    for key, want in expected.items():
+        got = info(graph, m.captured[key].outputs[0])
+        if got is None or got.shape is None or tuple(got.shape) != want:
+            return False
+    return True
 
 
 def _layer_norm(graph: Graph) -> list[str]:
@@ -276,6 +381,18 @@ def _rope(graph: Graph) -> list[str]:
     return recover_rope(graph)
 
 
+def _linear(graph: Graph) -> list[str]:
+    from linnet.sourcegen.patterns.linear import recover_linear
+
+    return recover_linear(graph)
+
+
+def _write_span(graph: Graph) -> list[str]:
+    from linnet.sourcegen.patterns.cache import recover_write_span
+
+    return recover_write_span(graph)
+
+
 # Layer norm before RMS norm: a layer norm's tail is an RMS norm of the centred input.
 PASSES: list[Callable[[Graph], list[str]]] = [
     silu,
@@ -285,4 +402,6 @@ PASSES: list[Callable[[Graph], list[str]]] = [
     rms_norm,
     _attention,
     _rope,
+    _write_span,
+    _linear,
 ]
