@@ -68,9 +68,11 @@ def session_options(device: Device, base: ort.SessionOptions | None = None) -> o
         options.log_severity_level = 3  # warnings about unused initialisers are noise here
         if device.kind == "cpu":
             # Idle pool threads sleep instead of spinning: batch-1 decoding is a
-            # chain of memory-bound matrix-vector products, and threads spinning
-            # between them take the cores the next product needs (a 22-layer
-            # Llama decoded ~1.1x faster on 2 cores, bench/onnx_decode.py).
+            # chain of memory-bound matrix-vector products, and on a machine
+            # shared with other work spinning threads take the cores the next
+            # product needs. On 2 shared cores (bench/onnx_decode.py, 22-layer
+            # Llama) this decoded 0.92x to 1.12x as fast as spinning, and
+            # ~1.1x to 1.5x under load; `session_options=` restores spinning.
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if device.kind == "cpu":
         if not _shared_arena:
