@@ -72,7 +72,7 @@ def session_options(device: Device, base: ort.SessionOptions | None = None) -> o
             # shared with other work spinning threads take the cores the next
             # product needs. On 2 shared cores (bench/onnx_decode.py, 22-layer
             # Llama) this decoded 0.92x to 1.12x as fast as spinning, and
-            # ~1.1x to 1.5x under load; `session_options=` restores spinning.
+            # 1.1x to 1.4x under load; `session_options=` restores spinning.
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if device.kind == "cpu":
         if not _shared_arena:
