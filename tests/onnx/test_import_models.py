@@ -14,14 +14,26 @@ from __future__ import annotations
 
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from import_support import EXAMPLES_DIR, STDLIB, close, imported, run_imported, run_onnxruntime
+from import_support import (
+    EXAMPLES_DIR,
+    STDLIB,
+    check_logits,
+    close,
+    imported,
+    run_imported,
+    run_onnxruntime,
+)
 
 from linnet.ir.bind import bind, find_root
 from linnet.ir.core import numpy_dtype
 from linnet.weights import read_safetensors
+
+if TYPE_CHECKING:
+    from torch_exports import TorchExport
 
 GENERICS: dict[str, object] = {
     "Vocab": 11, "H": 8, "Heads": 2, "KvHeads": 1, "NumHeads": 2, "Inner": 16, "Layers": 2,
@@ -122,101 +134,22 @@ def test_examples_round_trip(example: str, tmp_path: Path) -> None:
 # ---------------------------------------------------------------- transformers models
 
 
-def _randomize(model: object, seed: int) -> None:
-    """Distinct random values for every parameter, so exporters cannot merge equal ones."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():  # type: ignore[attr-defined]
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
-
-
-def test_gpt2_torchscript_export_imports(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    config = transformers.GPT2Config(
-        n_layer=2, n_head=4, n_embd=32, vocab_size=50, n_positions=16, use_cache=False
-    )
-    model = transformers.GPT2LMHeadModel(config).eval()
-    _randomize(model, 1)
-
-    class Wrapper(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.transformer = model.transformer
-            self.lm_head = model.lm_head
-
-        def forward(self, input_ids, attention_mask):  # type: ignore[no-untyped-def]
-            return model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)[0]
-
-    ids = torch.randint(0, 50, (2, 7))
-    mask = torch.ones(2, 7, dtype=torch.int64)
-    path = tmp_path / "gpt2.onnx"
-    torch.onnx.export(
-        Wrapper().eval(),
-        (ids, mask),
-        str(path),
-        input_names=["input_ids", "attention_mask"],
-        output_names=["logits"],
-        dynamic_axes={
-            "input_ids": {0: "batch", 1: "seq"},
-            "attention_mask": {0: "batch", 1: "seq"},
-            "logits": {0: "batch", 1: "seq"},
-        },
-        dynamo=False,
-        opset_version=17,
-    )
-    result = imported(path, tmp_path / "out", "gpt2")
+def test_gpt2_torchscript_export_imports(gpt2_torchscript: TorchExport, tmp_path: Path) -> None:
+    result = imported(gpt2_torchscript.path, tmp_path / "out", "gpt2")
     text = result.source
     assert "forward<batch: Dim, seq: Dim>" in text
     assert "gelu(" in text and "attention_rows(" in text
     assert "transformer: Transformer" in text and "[H; 2]" in text
-    for length in (7, 3):
-        ids = torch.randint(0, 50, (3, length))
-        mask = torch.ones(3, length, dtype=torch.int64)
-        with torch.no_grad():
-            expected = model(input_ids=ids, attention_mask=mask, use_cache=False)[0].numpy()
-        (actual,) = run_imported(result, [ids.numpy(), mask.numpy()])
-        close(actual, expected, rtol=1e-4, atol=1e-4)
+    check_logits(result, gpt2_torchscript.model, batch=3, lengths=(7, 3), mask=True)
 
 
-def test_llama_dynamo_export_imports_like_the_example(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=60,
-        max_position_embeddings=64,
-        use_cache=False,
-    )
-    model = transformers.LlamaForCausalLM(config).eval()
-    _randomize(model, 2)
-    ids = torch.randint(0, 60, (2, 7))
-    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", min=2, max=64)
-    path = tmp_path / "llama.onnx"
-    torch.onnx.export(
-        model,
-        (ids,),
-        str(path),
-        input_names=["input_ids"],
-        output_names=["logits"],
-        dynamic_shapes={"input_ids": {0: batch, 1: seq}},
-        dynamo=True,
-    )
-    result = imported(path, tmp_path / "out", "llama")
+def test_llama_dynamo_export_imports_like_the_example(
+    llama_dynamo: TorchExport, tmp_path: Path
+) -> None:
+    result = imported(llama_dynamo.path, tmp_path / "out", "llama")
     text = result.source
     for call in ("rms_norm(", "silu(", "attention", "rope("):
         assert call in text, call
     assert "layers: [Layer; 2]" in text
     assert any("recovered `rms_norm`" in n for n in result.notes)
-    for length in (7, 4):
-        ids = torch.randint(0, 60, (2, length))
-        with torch.no_grad():
-            expected = model(input_ids=ids, use_cache=False).logits.numpy()
-        (actual,) = run_imported(result, [ids.numpy()])
-        close(actual, expected, rtol=1e-4, atol=1e-4)
+    check_logits(result, llama_dynamo.model, batch=2, lengths=(7, 4))

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from import_support import close, imported, run_imported, run_onnxruntime
+from import_support import check_logits, close, imported, run_imported, run_onnxruntime
 
 from linnet.sourcegen.graph import Node
 from linnet.sourcegen.names import module_path, output_name, plan_local_names, shorter_name
+
+if TYPE_CHECKING:
+    from torch_exports import TorchExport
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -149,53 +153,14 @@ def test_torchscript_names_in_a_small_graph(tmp_path: Path) -> None:
     close(actual, expected)
 
 
-def _randomize(model: object, seed: int) -> None:
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():  # type: ignore[attr-defined]
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
-
-
 def _layer_method(text: str) -> str:
     return text.split("pub fn forward", 1)[1].split("\n    }\n", 1)[0]
 
 
-def test_gpt2_torchscript_export_reads_with_module_names(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    config = transformers.GPT2Config(
-        n_layer=2, n_head=4, n_embd=32, vocab_size=50, n_positions=16, use_cache=False
-    )
-    model = transformers.GPT2LMHeadModel(config).eval()
-    _randomize(model, 4)
-
-    class Wrapper(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.transformer = model.transformer
-            self.lm_head = model.lm_head
-
-        def forward(self, input_ids, attention_mask):  # type: ignore[no-untyped-def]
-            return model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)[0]
-
-    path = tmp_path / "gpt2.onnx"
-    torch.onnx.export(
-        Wrapper().eval(),
-        (torch.randint(0, 50, (2, 7)), torch.ones(2, 7, dtype=torch.int64)),
-        str(path),
-        input_names=["input_ids", "attention_mask"],
-        output_names=["logits"],
-        dynamic_axes={
-            "input_ids": {0: "batch", 1: "seq"},
-            "attention_mask": {0: "batch", 1: "seq"},
-            "logits": {0: "batch", 1: "seq"},
-        },
-        dynamo=False,
-        opset_version=17,
-    )
-    result = imported(path, tmp_path / "out", "gpt2")
+def test_gpt2_torchscript_export_reads_with_module_names(
+    gpt2_torchscript: TorchExport, tmp_path: Path
+) -> None:
+    result = imported(gpt2_torchscript.path, tmp_path / "out", "gpt2")
     text = result.source
     method = _layer_method(text)
     for name in ("c_attn", "c_proj", "c_fc", "act", "out"):
@@ -205,41 +170,14 @@ def test_gpt2_torchscript_export_reads_with_module_names(tmp_path: Path) -> None
     assert "return logits" in text
     assert not re.search(r"\blet (gathered|gelu)", method), text
     assert not re.search(r"\bh_\d", text), text
-    ids, mask = torch.randint(0, 50, (3, 5)), torch.ones(3, 5, dtype=torch.int64)
-    with torch.no_grad():
-        expected = model(input_ids=ids, attention_mask=mask, use_cache=False)[0].numpy()
-    (actual,) = run_imported(result, [ids.numpy(), mask.numpy()])
-    close(actual, expected, rtol=1e-4, atol=1e-4)
+    check_logits(result, gpt2_torchscript.model, batch=3, lengths=(5,), mask=True)
 
 
 @pytest.mark.slow
-def test_llama_dynamo_export_reads_with_module_names(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=60,
-        max_position_embeddings=64,
-        use_cache=False,
-    )
-    model = transformers.LlamaForCausalLM(config).eval()
-    _randomize(model, 5)
-    path = tmp_path / "llama.onnx"
-    seq = torch.export.Dim("seq", min=2, max=64)
-    torch.onnx.export(
-        model,
-        (torch.randint(0, 60, (2, 7)),),
-        str(path),
-        input_names=["input_ids"],
-        output_names=["logits"],
-        dynamic_shapes={"input_ids": {0: torch.export.Dim("batch"), 1: seq}},
-        dynamo=True,
-    )
-    result = imported(path, tmp_path / "out", "llama")
+def test_llama_dynamo_export_reads_with_module_names(
+    llama_dynamo: TorchExport, tmp_path: Path
+) -> None:
+    result = imported(llama_dynamo.path, tmp_path / "out", "llama")
     text = result.source
     method = _layer_method(text)
     for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
@@ -248,8 +186,4 @@ def test_llama_dynamo_export_reads_with_module_names(tmp_path: Path) -> None:
     assert not OPERATOR_NAMES.search(text), text
     assert not re.search(r"\blet (input_layernorm|mlp|self_attn)\b", method), text
     assert "let embed_tokens" in text and "return logits" in text
-    ids = torch.randint(0, 60, (2, 5))
-    with torch.no_grad():
-        expected = model(input_ids=ids, use_cache=False).logits.numpy()
-    (actual,) = run_imported(result, [ids.numpy()])
-    close(actual, expected, rtol=1e-4, atol=1e-4)
+    check_logits(result, llama_dynamo.model, batch=2, lengths=(5,))

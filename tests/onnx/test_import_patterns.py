@@ -10,12 +10,16 @@ stay as written, still matching ONNX Runtime.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 import pytest
-from import_support import close, imported, run_imported, run_onnxruntime
+from import_support import check_logits, close, imported, run_imported, run_onnxruntime
 from onnx import TensorProto, helper
+
+if TYPE_CHECKING:
+    from torch_exports import TorchExport
 
 F32 = TensorProto.FLOAT
 I64 = TensorProto.INT64
@@ -204,51 +208,10 @@ def test_a_shifted_mask_stays_a_mask(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- transformers models
 
 
-def _randomize(model: object, seed: int) -> None:
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():  # type: ignore[attr-defined]
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
-
-
-def _gpt2():  # type: ignore[no-untyped-def]
-    transformers = pytest.importorskip("transformers")
-    config = transformers.GPT2Config(
-        n_layer=2, n_head=4, n_embd=32, vocab_size=50, n_positions=16, use_cache=False
-    )
-    config._attn_implementation = "eager"
-    model = transformers.GPT2LMHeadModel(config).eval()
-    _randomize(model, 1)
-    return model
-
-
-def test_gpt2_eager_torchscript_export_reads_like_gpt2(tmp_path: Path) -> None:
+def test_gpt2_eager_torchscript_export_reads_like_gpt2(torch_exports: Any, tmp_path: Path) -> None:
     """Opset 14 spells layer norm out; eager attention casts its probabilities."""
-    torch = pytest.importorskip("torch")
-    model = _gpt2()
-
-    class Wrapper(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = model
-
-        def forward(self, input_ids, attention_mask):  # type: ignore[no-untyped-def]
-            return self.m(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)[0]
-
-    ids = torch.randint(0, 50, (2, 7))
-    path = tmp_path / "gpt2.onnx"
-    torch.onnx.export(
-        Wrapper().eval(),
-        (ids, torch.ones(2, 7, dtype=torch.int64)),
-        str(path),
-        input_names=["input_ids", "attention_mask"],
-        output_names=["logits"],
-        dynamic_axes={n: {0: "batch", 1: "seq"} for n in ("input_ids", "attention_mask")},
-        dynamo=False,
-        opset_version=14,
-    )
+    model = torch_exports.tiny_gpt2(attention="eager")
+    path = torch_exports.export_torchscript(model, tmp_path / "gpt2.onnx", opset=14)
     assert any(n.op_type == "Pow" for n in onnx.load(str(path)).graph.node)
     result = imported(path, tmp_path / "out", "gpt2")
     text = result.source
@@ -256,14 +219,7 @@ def test_gpt2_eager_torchscript_export_reads_like_gpt2(tmp_path: Path) -> None:
         assert call in text, call
     assert "softmax" not in text and "batched_matmul" not in text
     assert sum("recovered `layer_norm`" in n for n in result.notes) == 5
-    for length in (7, 3):
-        ids = torch.randint(0, 50, (3, length))
-        mask = torch.ones(3, length, dtype=torch.int64)
-        mask[1, :1] = 0  # a padded row: the per-row mask is not causal alone
-        with torch.no_grad():
-            expected = model(input_ids=ids, attention_mask=mask, use_cache=False)[0].numpy()
-        (actual,) = run_imported(result, [ids.numpy(), mask.numpy()])
-        close(actual, expected, rtol=1e-4, atol=1e-4)
+    check_logits(result, model, batch=3, lengths=(7, 3), padded=True)
 
 
 MASK_PARTS = ("iota<i64>(batch)", " & ", "<=")
@@ -274,79 +230,28 @@ def _entry(text: str) -> str:
     return text[text.index("pub entry") :]
 
 
-def test_gpt2_dynamo_export_without_a_padding_mask_is_causal(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
-    model = _gpt2()
-
-    class Wrapper(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = model
-
-        def forward(self, input_ids):  # type: ignore[no-untyped-def]
-            return self.m(input_ids=input_ids, use_cache=False)[0]
-
-    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", min=2, max=16)
-    path = tmp_path / "gpt2.onnx"
-    torch.onnx.export(
-        Wrapper().eval(),
-        (torch.randint(0, 50, (2, 7)),),
-        str(path),
-        input_names=["input_ids"],
-        output_names=["logits"],
-        dynamic_shapes={"input_ids": {0: batch, 1: seq}},
-        dynamo=True,
-    )
+def test_gpt2_dynamo_export_without_a_padding_mask_is_causal(
+    torch_exports: Any, tmp_path: Path
+) -> None:
+    model = torch_exports.tiny_gpt2(attention="eager")
+    path = torch_exports.export_dynamo(model, tmp_path / "gpt2.onnx", max_seq=16)
     result = imported(path, tmp_path / "out", "gpt2")
     text = result.source
     assert "attention(" in text and "causal_mask<seq, seq>()" in text, text
     assert not any(part in _entry(text) for part in MASK_PARTS), text
     assert "layer_norm(" in text and "gelu(" in text
-    for length in (7, 2):
-        ids = torch.randint(0, 50, (2, length))
-        with torch.no_grad():
-            expected = model(input_ids=ids, use_cache=False)[0].numpy()
-        (actual,) = run_imported(result, [ids.numpy()])
-        close(actual, expected, rtol=1e-4, atol=1e-4)
+    check_logits(result, model, batch=2, lengths=(7, 2))
 
 
-def test_llama_dynamo_mask_folds_into_causal_attention(tmp_path: Path) -> None:
+def test_llama_dynamo_mask_folds_into_causal_attention(
+    llama_dynamo: TorchExport, tmp_path: Path
+) -> None:
     """transformers 5 ands the causal mask with an all-true packed-sequence test."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=60,
-        max_position_embeddings=64,
-        use_cache=False,
-    )
-    model = transformers.LlamaForCausalLM(config).eval()
-    _randomize(model, 2)
-    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", min=2, max=64)
-    path = tmp_path / "llama.onnx"
-    torch.onnx.export(
-        model,
-        (torch.randint(0, 60, (2, 7)),),
-        str(path),
-        input_names=["input_ids"],
-        output_names=["logits"],
-        dynamic_shapes={"input_ids": {0: batch, 1: seq}},
-        dynamo=True,
-    )
-    assert any(n.op_type == "CumSum" for n in onnx.load(str(path)).graph.node)
-    result = imported(path, tmp_path / "out", "llama")
+    assert any(n.op_type == "CumSum" for n in onnx.load(str(llama_dynamo.path)).graph.node)
+    result = imported(llama_dynamo.path, tmp_path / "out", "llama")
     text = result.source
     assert "grouped_attention(" in text and "some(causal_mask<seq, seq>())" in text, text
     entry = _entry(text)
     assert not any(part in entry for part in MASK_PARTS), entry
     assert sum("a causal mask" in n for n in result.notes) == 2
-    for length in (7, 3):
-        ids = torch.randint(0, 60, (2, length))
-        with torch.no_grad():
-            expected = model(input_ids=ids, use_cache=False).logits.numpy()
-        (actual,) = run_imported(result, [ids.numpy()])
-        close(actual, expected, rtol=1e-4, atol=1e-4)
+    check_logits(result, llama_dynamo.model, batch=2, lengths=(7, 3))

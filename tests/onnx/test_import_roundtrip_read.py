@@ -21,39 +21,30 @@ attribute changed, which must stay as written (checked against ONNX Runtime).
 
 from __future__ import annotations
 
-import importlib.util
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 import pytest
-from import_support import EXAMPLES_DIR, STDLIB, imported, run_imported, run_onnxruntime
+from import_support import (
+    EXAMPLE_ENTRIES,
+    EXAMPLE_SIZES,
+    PROMPT,
+    STDLIB,
+    imported,
+    load_imported,
+    run_imported,
+    run_onnxruntime,
+)
+from import_support import ExampleImports as Case
 from onnx import TensorProto, helper, numpy_helper
-
-from linnet.onnx import export_model
-from linnet.onnx.importer import ImportResult
 
 torch = pytest.importorskip("torch")
 lt = pytest.importorskip("linnet.torch")
 
 Array = np.ndarray[Any, Any]
-PROMPT = 5
 STEPS = 4
-
-CONFIGS: dict[str, dict[str, object]] = {
-    "01-llama": {"Vocab": 61, "H": 32, "Heads": 4, "KvHeads": 2, "Inner": 48, "Layers": 3,
-                 "Batch": 1, "MaxSeq": 12, "T": "f32"},
-    "gpt2": {"Batch": 1, "Vocab": 40, "Positions": 16, "H": 16, "Heads": 2, "Layers": 3,
-             "Inner": 32, "MaxSeq": 12},
-}  # fmt: skip
-
-ENTRIES: dict[str, dict[str, object]] = {
-    "forward": {"B": 1, "S": PROMPT},
-    "prefill": {"S": PROMPT},
-    "decode": {},
-}
 
 # What each example writes as a std call, per entry; and what must not be left.
 CALLS = {
@@ -63,69 +54,16 @@ CALLS = {
 SPELLED_OUT = ("batched_matmul(", "softmax(", "sqrt(", "broadcast_to(", "= max(", "-1e30")
 
 
-def _maker(folder: str) -> Any:
-    spec = importlib.util.spec_from_file_location(
-        f"roundtrip_{folder}", EXAMPLES_DIR / folder / "make_weights.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@dataclass
-class Case:
-    folder: str
-    natives: bool
-    generics: dict[str, object]
-    weights: dict[str, Array]
-    params: dict[str, set[str]]  # entry -> exported parameter paths
-    results: dict[str, ImportResult]
-
-    @property
-    def source(self) -> Path:
-        return EXAMPLES_DIR / self.folder / "src" / "lib.linnet"
-
-
 @pytest.fixture(
     scope="module",
-    params=[(folder, natives) for folder in sorted(CONFIGS) for natives in (True, False)],
+    params=[(folder, natives) for folder in sorted(EXAMPLE_SIZES) for natives in (True, False)],
     ids=lambda p: f"{p[0]}-{'natives' if p[1] else 'bodies'}",
 )
-def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Case:
+def case(request: pytest.FixtureRequest, example_imports: Any) -> Case:
     """`natives=True` (the default: standard ONNX ops where they exist) and
     `natives=False` (every std call as its canonical body)."""
     folder, natives = request.param
-    generics = CONFIGS[folder]
-    seeded = {k: v for k, v in generics.items() if k != "T"}
-    weights: dict[str, Array] = _maker(folder).make_weights(
-        generics if folder == "01-llama" else seeded, seed=9
-    )
-    source = EXAMPLES_DIR / folder / "src" / "lib.linnet"
-    params: dict[str, set[str]] = {}
-    results: dict[str, ImportResult] = {}
-    for entry, extra in ENTRIES.items():
-        exported = export_model(
-            source,
-            generics={**generics, **extra},
-            weights=weights,
-            entry=entry,
-            std_root=STDLIB,
-            natives=natives,
-        )
-        params[entry] = {io.path for io in exported.inputs if io.role == "param"}
-        results[entry] = imported(exported.model, tmp_path_factory.mktemp(entry), entry)
-    return Case(folder, natives, dict(generics), weights, params, results)
-
-
-def _load(result: ImportResult) -> Any:
-    assert result.weights is not None
-    return lt.load(
-        result.output,
-        weights=result.weights,
-        bindings=result.weights.parent / "bindings.json",
-        std_root=STDLIB,
-    )
+    return example_imports(folder, natives)
 
 
 def _entry_body(text: str, entry: str) -> str:
@@ -133,7 +71,7 @@ def _entry_body(text: str, entry: str) -> str:
     return text[start:]
 
 
-@pytest.mark.parametrize("entry", sorted(ENTRIES))
+@pytest.mark.parametrize("entry", sorted(EXAMPLE_ENTRIES))
 def test_imported_source_uses_the_std_calls_of_the_example(case: Case, entry: str) -> None:
     text = case.results[entry].source
     for call in CALLS[case.folder]:
@@ -151,7 +89,7 @@ def test_imported_source_uses_the_std_calls_of_the_example(case: Case, entry: st
         assert f"recovered `{what}`" in notes or f"recovered `grouped {what}`" in notes
 
 
-@pytest.mark.parametrize("entry", sorted(ENTRIES))
+@pytest.mark.parametrize("entry", sorted(EXAMPLE_ENTRIES))
 def test_identical_layers_are_one_method_in_a_static_for(case: Case, entry: str) -> None:
     text = case.results[entry].source
     layers = "model.layers" if case.folder == "01-llama" else "transformer.h"
@@ -164,12 +102,12 @@ def test_identical_layers_are_one_method_in_a_static_for(case: Case, entry: str)
     assert f"; {layers_count}]" in text
 
 
-@pytest.mark.parametrize("entry", sorted(ENTRIES))
+@pytest.mark.parametrize("entry", sorted(EXAMPLE_ENTRIES))
 def test_parameter_paths_and_bytes_are_the_example_s(case: Case, entry: str) -> None:
     result = case.results[entry]
-    assert set(result.parameters) == case.params[entry]
-    module = _load(result)
-    for path in case.params[entry]:
+    assert set(result.parameters) == case.params(entry)
+    module = load_imported(result)
+    for path in case.params(entry):
         np.testing.assert_array_equal(module.tensor(path).detach().numpy(), case.weights[path])
 
 
@@ -186,7 +124,7 @@ def _tokens(case: Case, count: int) -> Array:
 
 def test_imported_forward_matches_the_example(case: Case) -> None:
     reference = lt.load(case.source, generics=case.generics, weights=case.weights, std_root=STDLIB)
-    module = _load(case.results["forward"])
+    module = load_imported(case.results["forward"])
     tokens = torch.from_numpy(_tokens(case, PROMPT))
     with torch.no_grad():
         _close(module.run_entry("forward", [tokens]), reference.run_entry("forward", [tokens]))
@@ -194,7 +132,7 @@ def test_imported_forward_matches_the_example(case: Case) -> None:
 
 def test_imported_prefill_then_decode_matches_the_example(case: Case) -> None:
     reference = lt.load(case.source, generics=case.generics, weights=case.weights, std_root=STDLIB)
-    prefill, decode = _load(case.results["prefill"]), _load(case.results["decode"])
+    prefill, decode = load_imported(case.results["prefill"]), load_imported(case.results["decode"])
     tokens = _tokens(case, PROMPT + STEPS)
     paths = sorted(case.results["prefill"].state)
     assert paths
@@ -355,7 +293,7 @@ def test_write_span_in_the_exporter_s_spelling(
     rng = np.random.default_rng(2)
     cache = rng.normal(size=(1, 2, 6, 4)).astype(np.float32)
     value = rng.normal(size=(1, 2, 3, 4)).astype(np.float32)
-    module = _load(result)  # `at` is a scalar: run directly (the helper makes arrays)
+    module = load_imported(result)  # `at` is a scalar: run directly (the helper makes arrays)
     for at in (0, 2, 4):
         feeds = {"cache": cache, "value": value, "at": np.array(at, np.int32)}
         (expected,) = run_onnxruntime(model, feeds)

@@ -21,102 +21,41 @@ the `output<N>` ones.
 
 from __future__ import annotations
 
-import importlib.util
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 import pytest
-from import_support import EXAMPLES_DIR, STDLIB, imported, run_onnxruntime
+from import_support import EXAMPLE_SIZES, PROMPT, STDLIB, imported, load_imported, run_onnxruntime
+from import_support import ExampleImports as Case
 from onnx import TensorProto, helper
 
 from linnet.errors import LinnetError
-from linnet.onnx import export_model
-from linnet.onnx.importer import ImportResult
 
 torch = pytest.importorskip("torch")
 lt = pytest.importorskip("linnet.torch")
 
 Array = np.ndarray[Any, Any]
-PROMPT = 5
 STEPS = 3
 
 
-def _maker(folder: str) -> Any:
-    spec = importlib.util.spec_from_file_location(
-        f"import_state_{folder}", EXAMPLES_DIR / folder / "make_weights.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+CACHED_ENTRIES = ("prefill", "decode")
 
 
-@dataclass
-class Case:
-    """One example: its generics, seeded weights, and each cached entry exported and imported."""
-
-    folder: str
-    generics: dict[str, object]
-    weights: dict[str, Array]
-    exported: dict[str, Any]
-    results: dict[str, ImportResult]
-
-    @property
-    def source(self) -> Path:
-        return EXAMPLES_DIR / self.folder / "src" / "lib.linnet"
-
-
-CONFIGS: dict[str, dict[str, object]] = {
-    "01-llama": {"Vocab": 61, "H": 32, "Heads": 4, "KvHeads": 2, "Inner": 48, "Layers": 2,
-                 "Batch": 1, "MaxSeq": 12, "T": "f32"},
-    "gpt2": {"Batch": 1, "Vocab": 40, "Positions": 16, "H": 16, "Heads": 2, "Layers": 2,
-             "Inner": 32, "MaxSeq": 12},
-}  # fmt: skip
-
-
-@pytest.fixture(scope="module", params=sorted(CONFIGS))
-def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Case:
-    folder: str = request.param
-    generics = CONFIGS[folder]
-    maker = _maker(folder)
-    seeded = {k: v for k, v in generics.items() if k != "T"}
-    weights: dict[str, Array] = maker.make_weights(
-        generics if folder == "01-llama" else seeded, seed=5
-    )
-    source = EXAMPLES_DIR / folder / "src" / "lib.linnet"
-    exported: dict[str, Any] = {}
-    results: dict[str, ImportResult] = {}
-    for entry, entry_generics in (("prefill", {"S": PROMPT}), ("decode", {})):
-        exported[entry] = export_model(
-            source,
-            generics={**generics, **entry_generics},
-            weights=weights,
-            entry=entry,
-            std_root=STDLIB,
-        )
-        results[entry] = imported(exported[entry].model, tmp_path_factory.mktemp(entry), entry)
-    return Case(folder, dict(generics), weights, exported, results)
-
-
-def _load(result: ImportResult) -> Any:
-    assert result.weights is not None
-    return lt.load(
-        result.output,
-        weights=result.weights,
-        bindings=result.weights.parent / "bindings.json",
-        std_root=STDLIB,
-    )
+@pytest.fixture(scope="module", params=sorted(EXAMPLE_SIZES))
+def case(request: pytest.FixtureRequest, example_imports: Any) -> Case:
+    """One example: seeded weights, its entries exported and imported (shared with
+    test_import_roundtrip_read.py); the tests here read `prefill` and `decode`."""
+    return example_imports(request.param, True)
 
 
 def test_state_members_come_back_at_their_paths(case: Case) -> None:
-    for entry, result in case.results.items():
-        exported = case.exported[entry]
+    for entry in CACHED_ENTRIES:
+        result, exported = case.results[entry], case.exported[entry]
         state_paths = {io.path for io in exported.inputs if io.role == "state"}
         state_paths |= {io.path for io in exported.outputs if io.role == "next_state"}
-        params = {io.path for io in exported.inputs if io.role == "param"}
+        params = case.params(entry)
         assert state_paths, entry
         assert set(result.state) == state_paths, entry
         assert set(result.parameters) == params, entry
@@ -126,7 +65,7 @@ def test_state_members_come_back_at_their_paths(case: Case) -> None:
         for path in state_paths:
             assert any(path in n for n in result.notes), path
         # The state is no entry input and no result: one logits result.
-        module = _load(result)
+        module = load_imported(result)
         assert sorted(module.linnet_model.live_tensors(module.present_paths, "state")) == sorted(
             state_paths
         )
@@ -134,7 +73,7 @@ def test_state_members_come_back_at_their_paths(case: Case) -> None:
 
 def test_imported_prefill_then_decode_matches_the_example(case: Case) -> None:
     reference = lt.load(case.source, generics=case.generics, weights=case.weights, std_root=STDLIB)
-    prefill, decode = _load(case.results["prefill"]), _load(case.results["decode"])
+    prefill, decode = load_imported(case.results["prefill"]), load_imported(case.results["decode"])
     vocab = int(case.generics["Vocab"])  # type: ignore[call-overload]
     tokens = np.random.default_rng(11).integers(0, vocab, (1, PROMPT + STEPS)).astype(np.int32)
     with torch.no_grad():
@@ -219,7 +158,7 @@ def test_read_written_read_only_and_write_only_state(tmp_path: Path) -> None:
     assert "`acc.total` (read and written)" in note and "`table.bias` (read)" in note
     assert "`last` (written)" in note
 
-    module = _load(result)
+    module = load_imported(result)
     rng = np.random.default_rng(3)
     bias = rng.normal(size=(2, 3)).astype(np.float32)
     module.tensor("table.bias").copy_(torch.from_numpy(bias))
@@ -272,7 +211,7 @@ def test_old_values_are_read_before_the_writes(tmp_path: Path) -> None:
         },
     )
     result = imported(model, tmp_path)
-    module = _load(result)
+    module = load_imported(result)
     a, b = np.zeros(4, np.float32), np.zeros(4, np.float32)
     steps = np.array(0, np.int64)
     rng = np.random.default_rng(4)
@@ -391,7 +330,7 @@ def test_layer_state_moves_into_the_outlined_layer_method(tmp_path: Path) -> Non
     method = text[text.index("pub fn forward") : text.index("pub fn write_memory")]
     assert "write_memory(" in method  # the layer's write is in the layer's method
     assert set(result.parameters) == {f"layers.{i}.scale" for i in range(3)}
-    module = _load(result)
+    module = load_imported(result)
     state = [np.zeros((2, 4), np.float32) for _ in range(3)]
     rng = np.random.default_rng(6)
     for _ in range(3):
