@@ -16,17 +16,20 @@ key with its last two axes swapped: a `Transpose`, the head split's
 values repeated for grouped-query attention (`repeat_kv`:
 `Reshape(Expand(Unsqueeze(k, 2), [B, Hk, n, S, D]), [B, Hk * n, S, D])`) are
 taken back to their `Hk` heads. The mask, when present, must be a boolean
-turned additive (`Where(m, 0, -inf)`, or its negation): a `[Q, K]` mask (or
-`[1, 1, Q, K]`) gives `attention`/`grouped_attention` with `some(mask)`, a
-per-row `[B, 1, Q, K]` mask `attention_rows`/`grouped_attention_rows`.
+turned additive (`Where(m, 0, fill)`, or its negation, `fill` at most -1e9): a
+`[Q, K]` mask (or `[1, 1, Q, K]`) gives `attention`/`grouped_attention` with
+`some(mask)`, a per-row `[B, 1, Q, K]` mask `attention_rows`/`grouped_attention_rows`.
 Linnet's own exporter writes std `attention`'s body: `Where(mask, scores,
--1e30)` before the softmax (exactly the standard op, fully masked rows
-included), heads repeated with `Reshape(k, [B, Hk, 1, S, D])` for the unsqueeze;
-a softmax the softmax pass already folded (`linnet::softmax`) is accepted.
-A mask whose construction is proven to be `k <= q` (`linnet.sourcegen.patterns.causal`)
-becomes `causal_mask<S, S>()`, and its subgraph goes once nothing else reads it.
-Note for readers: the standard library gives masked scores -1e30 rather than
--inf, which differs only for a row whose keys are all masked.
+-1e30)` before the softmax, heads repeated with `Reshape(k, [B, Hk, 1, S, D])`
+for the unsqueeze; a softmax the softmax pass already folded (`linnet::softmax`)
+is accepted. A mask whose construction is proven to be `k <= q`
+(`linnet.sourcegen.patterns.causal`) becomes `causal_mask<S, S>()`, and its
+subgraph goes once nothing else reads it.
+
+Every recovery computes what the graph computes, query rows whose keys are
+all masked included: a `-inf` mask's rows (NaN, or zeros behind the NaN guard)
+are written after the std call, finite masks recover only where std's -1e30 is
+exact (`linnet.sourcegen.patterns.attention_mask` says which forms and why).
 
 **Rotary embeddings.** `x * cos + cat(-x[..., D/2:], x[..., :D/2]) * sin`
 (rotate-half, HF Llama) over `x: [B, H, S, D]` becomes `linnet::rope`, whose
@@ -41,6 +44,7 @@ import numpy as np
 from linnet.check.dims import Dim
 from linnet.sourcegen import build
 from linnet.sourcegen.graph import Graph, Node
+from linnet.sourcegen.patterns import attention_mask as masks
 from linnet.sourcegen.patterns.causal import is_causal
 from linnet.sourcegen.patterns.match import (
     Bind,
@@ -65,9 +69,6 @@ STD_MASKED = -1e30
 
 F32_REL = 2e-7  # -1e30 stored in f32
 
-MASK_FLOOR = -1e9
-"""An additive mask value at or below this is "masked" (exp underflows to 0 in every float dtype)."""
-
 
 def install(registry: Registry) -> None:
     registry.add("linnet", "attention", translate_attention)
@@ -78,6 +79,10 @@ def install(registry: Registry) -> None:
 
 
 def recover_attention(graph: Graph) -> list[str]:
+    """Replace each attention chain by `linnet::attention`; returns notes on the chains
+    kept as written because std attention would differ on fully masked rows."""
+    kept: list[str] = []
+
     def pattern(matcher: Matcher) -> Pattern:
         def last_axis(node: Node) -> bool:
             axis = int(node.attrs.get("axis", -1))
@@ -129,15 +134,16 @@ def recover_attention(graph: Graph) -> list[str]:
                 Op("softmax", masked, check=last_axis_recovered, domain="linnet"),
             ),
         )
-        guarded = Op("Where", Op("IsNaN", probs), Const(0.0), Var("p"))
+        guarded = Op("Where", Op("IsNaN", probs), Const(0.0), Var("p"), capture="guard")
         # Eager attention casts the probabilities to the value's dtype (a no-op in f32).
         cast = Op("Cast", probs, capture="p_cast")
         return Op("MatMul", Either(guarded, cast, probs), Var("v_src"))
 
     def make(matcher: Matcher, m: Match, root: Node) -> Node | None:
-        return _attention_node(graph, matcher, m, root)
+        return _attention_node(graph, matcher, m, root, kept)
 
-    return _run(graph, ("MatMul",), pattern, make, _describe_attention)
+    notes = _run(graph, ("MatMul",), pattern, make, _describe_attention)
+    return notes + kept
 
 
 def _describe_attention(node: Node, m: Match) -> str:
@@ -145,15 +151,10 @@ def _describe_attention(node: Node, m: Match) -> str:
     mask = "a boolean mask" if node.inputs[3] else "no mask"
     if node.attrs.get("causal"):
         mask = "a causal mask (its construction proven `k <= q`)"
-    caveat = (
-        ""
-        if node.attrs.get("std_masked") or not node.inputs[3]
-        else " (std.nn.attention gives masked scores -1e30, not -inf: rows with every key "
-        "masked differ)"
-    )
+    rows = "" if node.attrs.get("causal") else masks.rows_note(str(node.attrs.get("full_rows")))
     return (
         f"recovered `{kind}` with {mask} and scale {float(node.attrs['scale']):.6g} from "
-        f"{len(m.nodes)} nodes ending at `{node.outputs[0]}`{caveat}"
+        f"{len(m.nodes)} nodes ending at `{node.outputs[0]}`{rows}"
     )
 
 
@@ -167,8 +168,14 @@ def _shape(graph: Graph, name: str) -> tuple[object, ...] | None:
     return None if i is None or i.shape is None else tuple(i.shape)
 
 
-def _attention_node(graph: Graph, matcher: Matcher, m: Match, root: Node) -> Node | None:
+def _attention_node(
+    graph: Graph, matcher: Matcher, m: Match, root: Node, kept: list[str]
+) -> Node | None:
     """The `linnet::attention` node; shapes are checked by its translator (exact dims).
+
+    `attrs["full_rows"]` says what a query row with every key masked computes
+    (`attention_mask.full_rows`); a chain whose such rows std cannot write is
+    kept as written unless the mask is proven causal, with a note in `kept`.
 
     Inputs: q, key source, value, mask, then the shape operands the translator
     needs to verify what the chain did: the batched transpose's two reshape
@@ -216,15 +223,19 @@ def _attention_node(graph: Graph, matcher: Matcher, m: Match, root: Node) -> Nod
             return None
     elif "mask" in m.vars:
         t, f = m.consts["m_t"], m.consts["m_f"]
-        if t == 0.0 and f <= MASK_FLOOR:
-            attrs["negated"] = False
-        elif f == 0.0 and t <= MASK_FLOOR:
-            attrs["negated"] = True
+        if t == 0.0 and f <= masks.MASK_FLOOR:
+            attrs["negated"], fill = False, f
+        elif f == 0.0 and t <= masks.MASK_FLOOR:
+            attrs["negated"], fill = True, t
         else:
             return None
         mask = m.vars["mask"]
+        attrs["full_rows"] = masks.full_rows(fill, "guard" in m.captured)
         if is_causal(matcher, mask, bool(attrs["negated"])):
             attrs["causal"] = True
+        elif attrs["full_rows"] == masks.DIFFERS:
+            kept.append(masks.kept_note(root.outputs[0], fill))
+            return None
     v = m.vars["v_src"]
     repeats = ["", "", "", ""]
     if attrs["key_perm"] in ([0, 1, 2, 3], "batched"):
@@ -389,21 +400,39 @@ def translate_attention(ctx: Context) -> None:
             raise Unsupported("query, key and value shapes do not line up")
     rows = False
     m_expr = None
+    # What a query row with every key masked computes in the graph (std gives the mean).
+    full_rows = str(ctx.attr("full_rows", masks.MEAN))
+    seen: masks.Visibility | None = None
     if mask is not None:
-        m_expr, rows = _mask(ctx, mask, b, nq, nk, bool(ctx.attr("negated", False)))
+        negated = bool(ctx.attr("negated", False))
+        m_expr, rows = masks.boolean_mask(ctx, mask, b, nq, nk, negated)
         if ctx.attr("causal", False) and ctx.equal(nq, nk):
             # The mask's subgraph computes `k <= q` (proven when recovering); with
-            # as many keys as queries that is the std causal mask, and the
-            # subgraph, read by nothing else, is dropped after translation.
+            # as many keys as queries that is the std causal mask (every row sees
+            # a key), and the subgraph, read by nothing else, is dropped after
+            # translation.
             cm = ctx.std("nn.attention", "causal_mask")
             m_expr, rows = build.call(cm, generics=[ctx.dim(nq), ctx.dim(nk)]), False
+            full_rows = masks.MEAN
+        elif full_rows == masks.DIFFERS:
+            raise Unsupported("a row with every key masked would differ from std attention")
+        elif full_rows != masks.MEAN:
+            # The mask, bound to a local: read by the call and by the test for rows
+            # that see no key.
+            dims = [b, nq, nk] if rows else [nq, nk]
+            seen = masks.visibility(ctx, mask, m_expr, rows, dims, negated)
+            m_expr = ctx.ref(seen.mask)
     name = ("grouped_" if groups != 1 else "") + "attention" + ("_rows" if rows else "")
     fn = ctx.std("nn.attention", name)
     scale = float(np.float32(float(ctx.attr("scale"))))
     args = [ctx.ref(q), key_expr, ctx.ref(v), ctx.literal(scale, "f32")]
     if m_expr is not None:
         args.append(m_expr if rows else build.some(m_expr))
-    ctx.output(0, ctx.let(build.call(fn, *args), (b, h, nq, v.shape[3]), q.dtype, "attended"))
+    shape = (b, h, nq, v.shape[3])
+    attended = ctx.let(build.call(fn, *args), shape, q.dtype, "attended")
+    if seen is not None:
+        attended = masks.write_full_rows(ctx, attended, seen, full_rows)
+    ctx.output(0, attended)
 
 
 def _key(ctx: Context, key: Value, groups: int) -> tuple[ast.Expr, tuple[Dim, ...]]:
@@ -462,33 +491,6 @@ def _groups(ctx: Context, shape: tuple[Dim, ...], at: int) -> int:
     if len(misses) > 1 or (misses and r[misses[0]].as_int() != -1):
         raise Unsupported("not a head repeat")
     return n
-
-
-def _mask(
-    ctx: Context, mask: Value, b: Dim, nq: Dim, nk: Dim, negated: bool
-) -> tuple[ast.Expr, bool]:
-    """The boolean mask as `[Q, K]` (shared) or `[B, Q, K]` (rows); true = attend."""
-    if mask.dtype != "bool":
-        raise Unsupported("the mask must be boolean")
-    one = Dim.const(1)
-    expr = ctx.ref(mask)
-    if mask.rank == 2:
-        rows = False
-        qd, kd = mask.shape
-    elif mask.rank == 4 and ctx.equal(mask.shape[1], one):
-        rows = not ctx.equal(mask.shape[0], one)
-        if rows and not ctx.equal(mask.shape[0], b):
-            raise Unsupported("the mask's batch axis does not match")
-        qd, kd = mask.shape[2], mask.shape[3]
-        target = [b, nq, nk] if rows else [nq, nk]
-        expr = build.call("reshape", expr, ctx.shape_lit(target))
-    else:
-        raise Unsupported("the mask must be [Q, K] or [B or 1, 1, Q, K]")
-    if not ctx.equal(qd, nq) or not ctx.equal(kd, nk):
-        raise Unsupported("the mask does not cover [Q, K]")
-    if negated:
-        expr = build.binary("^", expr, build.bool_lit(True))
-    return expr, rows
 
 
 def translate_rope(ctx: Context) -> None:
