@@ -187,3 +187,37 @@ def test_llama_dynamo_export_reads_with_module_names(
     assert not re.search(r"\blet (input_layernorm|mlp|self_attn)\b", method), text
     assert "let embed_tokens" in text and "return logits" in text
     check_logits(result, llama_dynamo.model, batch=2, lengths=(5,))
+
+
+def _scoped(node: onnx.NodeProto, scope: str) -> onnx.NodeProto:
+    entry = node.metadata_props.add()
+    entry.key = "pkg.torch.onnx.name_scopes"
+    entry.value = repr(["", scope, node.name])
+    return node
+
+
+def test_folded_weights_are_named_for_the_layout_they_are_read_in(tmp_path: Path) -> None:
+    """A generated initializer read as a `MatMul` matrix is `[in, out]`, the transpose
+    of what `nn.Linear` stores: it is `<module>.weight_t`, so the original checkpoint
+    cannot bind to it by name; a `Gemm` with `transB=1` reads `[out, in]`: `weight`."""
+    rng = np.random.default_rng(5)
+    arrays = {
+        name: rng.standard_normal((6, 6)).astype("f4") for name in ("val_1", "val_2", "val_3")
+    }
+    nodes = [
+        _scoped(helper.make_node("MatMul", ["x", "val_1"], ["a"], name="node_mm"), "enc.fc"),
+        _scoped(helper.make_node("Gemm", ["a", "val_2"], ["b"], name="node_g1", transB=1), "enc.g"),
+        _scoped(helper.make_node("Gemm", ["b", "val_3"], ["y"], name="node_g2"), "enc.h"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(a, n) for n, a in arrays.items()]
+    graph = helper.make_graph(nodes, "g", [x], [y], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    result = imported(model, tmp_path)
+    expected = {"enc.fc.weight_t": "val_1", "enc.g.weight": "val_2", "enc.h.weight_t": "val_3"}
+    assert result.parameters == expected, result.parameters
+    feeds = {"x": rng.standard_normal((2, 6)).astype("f4")}
+    (actual,) = run_imported(result, [feeds["x"]])
+    close(actual, run_onnxruntime(model, feeds)[0])

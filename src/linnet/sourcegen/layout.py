@@ -311,13 +311,25 @@ def element_type(tree: Tree) -> Tree:
 
 
 _ROLE_OF: dict[tuple[str, int], str] = {
-    ("MatMul", 1): "weight",
-    ("Gemm", 1): "weight",
+    ("MatMul", 1): "weight_t",
     ("Gemm", 2): "bias",
     ("Gather", 0): "weight",
     ("Conv", 1): "weight",
     ("Conv", 2): "bias",
 }
+"""The role of a stored operand, by operator and input position.
+
+A `MatMul` reads its matrix as `[in, out]`, the transpose of the `[out, in]`
+that `nn.Linear` stores: a folded `weight.t()` is named `weight_t`, so binding
+the original checkpoint by name fails loudly instead of binding a square
+matrix transposed. `Gemm` says its orientation (`_role`).
+"""
+
+
+def _role(node: Node, index: int) -> str | None:
+    if node.op == "Gemm" and index == 1:
+        return "weight" if int(node.attrs.get("transB", 0)) else "weight_t"
+    return _ROLE_OF.get((node.op, index))
 
 
 def name_anonymous(graph: Graph) -> tuple[dict[str, str], list[str]]:
@@ -326,8 +338,8 @@ def name_anonymous(graph: Graph) -> tuple[dict[str, str], list[str]]:
     Exporters that fold a weight (a transposed `nn.Linear` weight) give the
     result a generated name, but record the module path of every node
     (`Node.scope`). A tensor read by nodes of one module, in one role, is
-    named after them: `model.layers.0.self_attn.q_proj.weight` for the matrix
-    operand of a `MatMul` in `q_proj`. Tensors with proper dotted names, and
+    named after them: `model.layers.0.self_attn.q_proj.weight_t` for the
+    matrix operand of a `MatMul` in `q_proj` (`[in, out]`: see `_ROLE_OF`). Tensors with proper dotted names, and
     ones read from several modules, keep their names. Returns the new paths
     (stored name -> path) and one note per renamed tensor.
     """
@@ -343,7 +355,7 @@ def name_anonymous(graph: Graph) -> tuple[dict[str, str], list[str]]:
         if _is_path(name):
             continue
         scopes = {node.scope for node, _ in readers}
-        roles = {_ROLE_OF.get((node.op, i)) for node, i in readers}
+        roles = {_role(node, i) for node, i in readers}
         if len(scopes) != 1 or len(roles) != 1:
             continue
         scope, role = scopes.pop(), roles.pop()
