@@ -12,9 +12,10 @@
 
 from __future__ import annotations
 
+import re
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -153,3 +154,55 @@ def test_llama_dynamo_export_imports_like_the_example(
     assert "layers: [Layer; 2]" in text
     assert any("recovered `rms_norm`" in n for n in result.notes)
     check_logits(result, llama_dynamo.model, batch=2, lengths=(7, 4))
+
+
+def _encoder_export(model: Any, inputs: dict[str, Any], path: Path) -> Path:
+    """An encoder's `last_hidden_state` through the TorchScript exporter, batch dynamic."""
+    import torch
+
+    names = list(inputs)
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = model
+
+        def forward(self, *args: Any) -> Any:
+            return self.encoder(**dict(zip(names, args, strict=True))).last_hidden_state
+
+    torch.onnx.export(Encoder().eval(), tuple(inputs.values()), str(path), input_names=names,
+                      output_names=["hidden"], dynamic_axes={n: {0: "batch"} for n in names},
+                      dynamo=False, opset_version=17)  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize("kind", ["bert", "vit"])
+def test_encoder_torchscript_exports_import(kind: str, torch_exports: Any, tmp_path: Path) -> None:
+    """BERT with a right-padded attention mask (rows of padding keys) and ViT: the
+    import uses the std attention and GELU and equals PyTorch at every position."""
+    import torch
+    import transformers
+
+    if kind == "bert":
+        config = transformers.BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2,
+                                         num_attention_heads=4, intermediate_size=64,
+                                         max_position_embeddings=32)  # fmt: skip
+        model = transformers.BertModel(config).eval()
+        mask = torch.ones(2, 7, dtype=torch.int64)
+        mask[1, 4:] = 0
+        inputs = {"input_ids": torch.randint(0, 60, (2, 7)), "attention_mask": mask}
+    else:
+        config = transformers.ViTConfig(image_size=16, patch_size=4, num_channels=3,
+                                        hidden_size=32, num_hidden_layers=2,
+                                        num_attention_heads=4, intermediate_size=64)  # fmt: skip
+        model = transformers.ViTModel(config).eval()
+        inputs = {"pixel_values": torch.randn(2, 3, 16, 16)}
+    torch_exports.randomize(model, 3)
+    path = _encoder_export(model, inputs, tmp_path / f"{kind}.onnx")
+    result = imported(path, tmp_path / "out", kind)
+    text = result.source
+    assert re.search(r"\battention(_rows|_fn)?\(", text) and "gelu_erf(" in text, text
+    with torch.no_grad():
+        expected = model(**inputs).last_hidden_state.numpy()
+    (actual,) = run_imported(result, [t.numpy() for t in inputs.values()])
+    close(actual, expected, rtol=1e-4, atol=1e-5)
