@@ -126,11 +126,15 @@ def lower(
     model: BoundModel,
     entry: str,
     input_types: Sequence[TensorType],
-    present: Set[str] = frozenset(),
+    present: Set[str] | None = None,
     *,
     generics: Mapping[str, object] | None = None,
 ) -> Function:
-    """One entry of the root block as a Core IR function with static shapes (6.7 step 4)."""
+    """One entry of the root block as a Core IR function with static shapes (6.7 step 4).
+
+    `present` is the set of weight paths the checkpoint binds; None (as in
+    `lower_entry`) means every optional param and child is present.
+    """
     from linnet.ir.lower import lower_entry
 
     # 4. the entry's generics bound from its inputs (and `generics`); functions inlined,

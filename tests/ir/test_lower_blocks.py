@@ -448,3 +448,14 @@ def test_weights_are_read_once_each() -> None:
     assert sorted(params) == sorted(set(params)) == sorted(model.tensors)
     results, _ = run_function(fn, weights(model, rng), {}, [np.ones((1, 2), np.float32)])
     assert results[0].shape == (1, 2)
+
+
+def test_pipeline_lower_defaults_to_every_optional_member_present() -> None:
+    """`linnet.pipeline.lower` and `lower_entry` share one default: all present."""
+    from linnet.ir.lower import lower_entry
+    from linnet.pipeline import lower
+
+    model = bound(DENSE, {"H": 4, "Inner": 6, "Depth": 2, "Classes": 3})
+    for fn in (lower(model, "forward", [t((5, 4))]), lower_entry(model, "forward", [t((5, 4))])):
+        calls = [op for op in fn.body.ops if op.kind == "call"]
+        assert [len(op.operands) for op in calls] == [3] * 4  # every bias read
