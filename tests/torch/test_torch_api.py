@@ -171,6 +171,24 @@ pub block Grid<H: Dim> {
         assert m(np.array([2.0, 3.0], np.float32)).tolist() == [2.0, 30.0]
 
 
+def test_shape_generics_given_explicitly() -> None:
+    """A `Shape` generic's value is a list: the per-shape cache still takes it."""
+    source = """module grid
+pub block Scale<H: Dim> {
+    param gain: Tensor[H; f32]
+    pub entry scale<*S: Shape>(x: Tensor[*S, H; f32]) -> Tensor[*S, H; f32] {
+        return x * gain
+    }
+}"""
+    m = lt.load(source, generics={"H": 2}, weights={"gain": np.array([1.0, 10.0], np.float32)})
+    for shape in ([2, 3], [2, 3], [4]):
+        x = np.ones((*shape, 2), np.float32)
+        out = m.run_entry("scale", [x], generics={"S": shape})
+        assert out.shape == (*shape, 2) and out[..., 1].min() == 10.0
+    with pytest.raises(LinnetError, match="S"):
+        m.run_entry("scale", [np.ones((4, 2), np.float32)], generics={"S": [5]})
+
+
 def test_importing_linnet_does_not_import_torch() -> None:
     code = "import sys, linnet, linnet.ir, linnet.weights; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

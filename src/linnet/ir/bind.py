@@ -244,6 +244,18 @@ def find_root(program: CheckedProgram, name: str | None) -> BlockInfo:
     raise LinnetError(f"several blocks have entries ({shown}); choose the root with --root Name")
 
 
+def generics_key(generics: Mapping[str, object] | None) -> tuple[tuple[str, object], ...]:
+    """A hashable, order-free form of explicitly given generics, for caches keyed by them
+    (a `Shape` generic's value is a list)."""
+    return tuple(sorted((name, _frozen(value)) for name, value in (generics or {}).items()))
+
+
+def _frozen(value: object) -> object:
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
 def bind_generics(params: Sequence[GenericInfo], given: Mapping[str, object], owner: str) -> Env:
     """Generics from a user mapping, defaults left to right (6.7 step 1)."""
     known = {g.name for g in params}

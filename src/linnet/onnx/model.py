@@ -44,7 +44,7 @@ import onnxruntime as ort  # type: ignore[import-untyped]
 from linnet.check.program import CheckedProgram
 from linnet.check.types import ScalarDType, ScalarType
 from linnet.errors import InternalError, LinnetError
-from linnet.ir.bind import BoundModel, EntrySignature
+from linnet.ir.bind import BoundModel, EntrySignature, generics_key
 from linnet.ir.core import Function, TensorType, dtype_of_numpy
 from linnet.onnx._contract import Contract, read_contract, with_argmax
 from linnet.onnx._inplace import find_writes, rewrite, with_probes
@@ -271,7 +271,7 @@ class OnnxModel:
         key: tuple[object, ...] = (
             name,
             tuple(input_types),
-            tuple(sorted((k, _frozen(v)) for k, v in (generics or {}).items())),
+            generics_key(generics),
             argmax,
         )
         exported = self._exported.get(key)
@@ -387,13 +387,6 @@ class OnnxModel:
         if self.device.kind == "cpu":
             return ortvalue(host, dtype, self.device), t
         return placed(host, dtype, self.device), t
-
-
-def _frozen(value: object) -> object:
-    """A hashable form of a generic's value (a `Shape` generic is a list)."""
-    if isinstance(value, list | tuple):
-        return tuple(_frozen(v) for v in value)
-    return value
 
 
 def _dtype_of(array: np.ndarray[Any, Any], what: str) -> str:

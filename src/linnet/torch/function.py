@@ -18,7 +18,7 @@ from torch import nn
 
 from linnet.check.program import CheckedProgram
 from linnet.errors import LinnetError
-from linnet.ir.bind import EntrySignature, module_entry
+from linnet.ir.bind import EntrySignature, generics_key, module_entry
 from linnet.ir.core import TensorType
 from linnet.torch.load import Source, check
 from linnet.torch.module import Prepared, Result, convert_input, make_runner
@@ -78,7 +78,7 @@ class LinnetFunction(nn.Module):
     def prepare(
         self, input_types: Sequence[TensorType], generics: Mapping[str, object] | None = None
     ) -> Prepared:
-        key = (tuple(input_types), tuple(sorted((generics or {}).items())))
+        key = (tuple(input_types), generics_key(generics))
         found = self._prepared.get(key)
         if found is None:
             from linnet.ir.lower import lower_function

@@ -31,7 +31,7 @@ from torch import nn
 
 from linnet.check.types import ScalarDType, ScalarType
 from linnet.errors import InternalError, LinnetError
-from linnet.ir.bind import BoundModel, EntrySignature
+from linnet.ir.bind import BoundModel, EntrySignature, generics_key
 from linnet.ir.core import Function, TensorType, dtype_of_numpy, numpy_dtype
 from linnet.torch.analysis import walk
 from linnet.torch.codegen import CompiledFunction
@@ -344,7 +344,7 @@ class LinnetModule(nn.Module):
         generics: Mapping[str, object] | None = None,
     ) -> Prepared:
         """The lowered, optimised and prepared entry for these input types (cached)."""
-        key = (name, tuple(input_types), tuple(sorted((generics or {}).items())))
+        key = (name, tuple(input_types), generics_key(generics))
         found = self._prepared.get(key)
         if found is None:
             from linnet.ir.lower import lower_entry
