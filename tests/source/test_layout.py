@@ -65,7 +65,7 @@ def test_anonymous_tensors_are_named_after_the_module_reading_them() -> None:
     )
     named, notes = name_anonymous(g)
     assert named == {
-        "val_3": "model.layers.0.q_proj.weight",
-        "val_9": "model.layers.1.q_proj.weight",
+        "val_3": "model.layers.0.q_proj.weight_t",
+        "val_9": "model.layers.1.q_proj.weight_t",
     }
     assert len(notes) == 2
