@@ -4,8 +4,8 @@ examples/01-llama and examples/gpt2, exported with `export_model` (the
 default `natives=True`: std calls as standard ONNX ops or their canonical
 bodies inlined) one entry at a time and imported with `import_onnx`:
 
-- the source calls the standard library where the example does: `rms_norm`
-  or `layer_norm`, `linear`, `rope`, `silu` or `gelu`, `attention` or
+- the source calls the standard library where the example does: `RmsNorm`
+  and `Linear` blocks or `layer_norm`, `rope`, `silu` or `gelu`, `attention` or
   `grouped_attention` (with `causal_mask` in `forward`), `write_span` for
   the KV caches; nothing of those bodies is left spelled out;
 - the identical layers are one layer method called in a `static for`;
@@ -46,9 +46,9 @@ lt = pytest.importorskip("linnet.torch")
 Array = np.ndarray[Any, Any]
 STEPS = 4
 
-# What each example writes as a std call, per entry; and what must not be left.
+# What each example writes as a std call or std block, per entry; and what must not be left.
 CALLS = {
-    "01-llama": ("rms_norm(", "linear(", "rope(", "silu(", "grouped_attention("),
+    "01-llama": ("RmsNorm<", "Linear<", "rope(", "silu(", "grouped_attention("),
     "gpt2": ("layer_norm(", "linear(", "gelu(", "attention("),
 }
 SPELLED_OUT = ("batched_matmul(", "softmax(", "sqrt(", "broadcast_to(", "= max(", "-1e30")

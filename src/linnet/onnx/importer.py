@@ -137,7 +137,12 @@ def import_onnx(
     for type_name, fns in writers.items():
         methods.setdefault(type_name, []).extend(fns)
     file = assemble(
-        t, layout, module_name=name, entry_name=sanitize(entry, "forward"), methods=methods
+        t,
+        layout,
+        module_name=name,
+        entry_name=sanitize(entry, "forward"),
+        methods=methods,
+        notes=notes,
     )
     text = format_module(file)
     _check(text, out_path, std_root)

@@ -23,6 +23,7 @@ from linnet.check.dims import Dim
 from linnet.sourcegen import build
 from linnet.sourcegen.layout import Layout, Leaf, Tree, element_type
 from linnet.sourcegen.outline import transform, walk
+from linnet.sourcegen.std_blocks import fold_std_blocks
 from linnet.sourcegen.translate import Translation, Value
 from linnet.syntax import ast
 from linnet.syntax.format import format_file
@@ -40,10 +41,23 @@ def assemble(
     entry_name: str = "forward",
     extra_items: Sequence[ast.Item] = (),
     methods: dict[str, list[ast.FnDecl]] | None = None,
+    notes: list[str] | None = None,
 ) -> ast.File:
     """The file for translation `t` (see the module docstring); `methods` are added
-    to the block types they are keyed by (outlined array elements)."""
+    to the block types they are keyed by (outlined array elements). Generated blocks
+    that are std blocks are declared as such (`linnet.sourcegen.std_blocks`); what
+    that did is appended to `notes`."""
     _prune(layout.root)
+    entry = _entry(t, entry_name)
+    std, entry, methods = fold_std_blocks(
+        layout,
+        entry,
+        methods or {},
+        t.uses,
+        extra_names=[entry_name, *(item.name.name for item in extra_items)],
+    )
+    if notes is not None:
+        notes.extend(std.notes)
     uses = tuple(
         ast.UseDecl(
             tuple(build.ident(p) for p in ["std", *module.split(".")]),
@@ -52,14 +66,14 @@ def assemble(
             False,
             build.SPAN,
         )
-        for module, items in sorted(t.uses.items())
+        for module, items in sorted(std.uses.items())
+        if items
     )
     blocks: list[ast.Item] = []
     seen: set[str] = set()
-    _block_decls(layout.root, blocks, seen, root=True, methods=methods or {})
+    _block_decls(layout.root, blocks, seen, root=True, methods=methods, std=std.members)
     root = blocks.pop()
     assert isinstance(root, ast.BlockDecl)
-    entry = _entry(t, entry_name)
     root = ast.BlockDecl(True, root.name, None, None, (*root.parts, entry), build.SPAN, build.SPAN)
     items = (*extra_items, *blocks, root)
     module = tuple(build.ident(p) for p in module_name.split("."))
@@ -179,12 +193,14 @@ def _block_decls(
     *,
     root: bool,
     methods: dict[str, list[ast.FnDecl]],
+    std: dict[tuple[str, str], ast.Type],
 ) -> None:
-    """Declarations for `tree`'s block type and every type below it, children first."""
-    for child in tree.children.values():
-        if isinstance(child, Tree):
+    """Declarations for `tree`'s block type and every type below it, children first;
+    members in `std` (by block type and member name) are declared as those std types."""
+    for key, child in tree.children.items():
+        if isinstance(child, Tree) and (tree.type_name, key) not in std:
             inner = element_type(child) if child.array else child
-            _block_decls(inner, out, seen, root=False, methods=methods)
+            _block_decls(inner, out, seen, root=False, methods=methods, std=std)
     if tree.type_name in seen:
         return
     seen.add(tree.type_name)
@@ -201,7 +217,7 @@ def _block_decls(
             )
             parts.append(ast.MemberDecl("sub", build.ident(key), arr, None, build.SPAN))
         else:
-            sub_type = build.named_type(child.type_name)
+            sub_type = std.get((tree.type_name, key)) or build.named_type(child.type_name)
             parts.append(ast.MemberDecl("sub", build.ident(key), sub_type, None, build.SPAN))
     parts.extend(methods.get(tree.type_name, []))
     out.append(
