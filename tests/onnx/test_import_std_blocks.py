@@ -118,10 +118,13 @@ pub block Model {
 """
 
 
-@pytest.mark.parametrize(("eps", "folds"), [("1e-5", True), ("1e-6", False)])
+@pytest.mark.parametrize(
+    ("eps", "folds", "bias"), [("1e-5", True, False), ("1e-6", False, False), ("1e-5", True, True)]
+)
 def test_biased_linear_and_rms_norm_of_an_exported_model(
-    eps: str, folds: bool, tmp_path: Path
+    eps: str, folds: bool, bias: bool, tmp_path: Path
 ) -> None:
+    """Linnet's exporter adds a `Linear`'s bias after its `Gemm`: it folds back too."""
     source = tmp_path / "tiny.linnet"
     source.write_text(_TINY.replace("EPS", eps))
     rng = np.random.default_rng(8)
@@ -129,10 +132,13 @@ def test_biased_linear_and_rms_norm_of_an_exported_model(
         "proj.weight": rng.normal(size=(3, 4)).astype(np.float32),
         "norm.weight": rng.normal(size=4).astype(np.float32),
     }
+    if bias:
+        weights["proj.bias"] = rng.normal(size=3).astype(np.float32)
     exported = export_model(source, generics={}, weights=weights, std_root=STDLIB)
     result = imported(exported.model, tmp_path / "out")
     text = result.source
     assert "sub proj: Linear<4, 3, f32>" in text and "proj.forward(" in text
+    assert "proj.bias" not in text and "+" not in text, text
     assert "1 projection as std `Linear` block" in result.notes
     if folds:
         assert "sub norm: RmsNorm<4, f32>" in text and "norm.forward(" in text
@@ -203,6 +209,31 @@ def test_hand_built_gemm(
         assert "linear(x, proj.weight)" in text
     assert set(result.parameters) == ({"proj.weight", "proj.bias"} if bias else {"proj.weight"})
     x = np.random.default_rng(7).normal(size=(2, 4)).astype(np.float32)
+    (expected,) = run_onnxruntime(model, {"x": x})
+    np.testing.assert_allclose(run_imported(result, [x])[0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_an_added_value_that_is_not_a_bias_stays_an_addition(tmp_path: Path) -> None:
+    """`Gemm(x, w, transB=1) + c` with `c` of shape `[1]` (not one value per output)."""
+    rng = np.random.default_rng(9)
+    inits = {"proj.weight": rng.normal(size=(3, 4)).astype(np.float32),
+             "proj.shift": rng.normal(size=1).astype(np.float32)}  # fmt: skip
+    nodes = [
+        helper.make_node("Gemm", ["x", "proj.weight"], ["g"], transB=1),
+        helper.make_node("Add", ["g", "proj.shift"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "shifted",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    result = imported(model, tmp_path)
+    assert "Linear<" not in result.source and "+ proj.shift" in result.source, result.source
+    x = rng.normal(size=(2, 4)).astype(np.float32)
     (expected,) = run_onnxruntime(model, {"x": x})
     np.testing.assert_allclose(run_imported(result, [x])[0], expected, rtol=1e-5, atol=1e-5)
 

@@ -6,8 +6,10 @@ writes std `linear(x, weight, bias?)` over `x: [*S, In]` with `weight:
 
     Reshape(Gemm(Reshape(x, [prod(S), In]), weight, bias?, transB=1), [*S, Out])
 
-(no reshapes when `x` is already `[N, In]`). The chain becomes one
-`linnet::linear` node (inputs x, weight, bias or ""). Only `Gemm` with
+(no reshapes when `x` is already `[N, In]`), the bias either as the `Gemm`'s
+third input or, as Linnet's exporter writes it, an `Add` of the stored
+`[Out]` bias after the unflatten (the same sum, the same rounding). The
+chain becomes one `linnet::linear` node (inputs x, weight, bias or ""). Only `Gemm` with
 `alpha = beta = 1`, `transA = 0` and `transB = 1` is this op (PyTorch's
 `[Out, In]` weight), a bias must be one value per output, and each reshape
 must be exactly the flatten and the unflatten of the leading axes; anything
@@ -44,8 +46,31 @@ def recover_linear(graph: Graph) -> list[str]:
     def make(matcher: Matcher, m: Match, root: Node) -> Node | None:
         return _linear_node(graph, m, root)
 
+    def biased(_: Matcher) -> Pattern:
+        unbiased = Op("linear", Var("x"), Var("w"), capture="linear", domain="linnet")
+        return Op("Add", unbiased, Var("b"), commutative=True)
+
+    def add_bias(matcher: Matcher, m: Match, root: Node) -> Node | None:
+        return _with_bias(graph, m, root)
+
     notes = _run(graph, ("Reshape",), wrapped, make, _describe)
-    return notes + _run(graph, ("Gemm",), plain, make, _describe)
+    notes += _run(graph, ("Gemm",), plain, make, _describe)
+    return notes + _run(graph, ("Add",), biased, add_bias, _describe)
+
+
+def _with_bias(graph: Graph, m: Match, root: Node) -> Node | None:
+    """`linear(x, w) + b` as `linear(x, w, b)` when `b` is a stored `[Out]` of x's dtype."""
+    linear = m.captured["linear"]
+    if len(linear.inputs) > 2 and linear.inputs[2]:
+        return None  # already has a bias
+    x, w, b = m.vars["x"], m.vars["w"], m.vars["b"]
+    wi, bi = stored_info(graph, w), stored_info(graph, b)
+    out, before = info(graph, root.outputs[0]), info(graph, linear.outputs[0])
+    if wi is None or bi is None or out is None or before is None or wi.shape is None:
+        return None
+    if bi.shape != (wi.shape[0],) or bi.dtype != wi.dtype or out.shape != before.shape:
+        return None
+    return Node("linear", "linnet", root.name, (x, w, b), root.outputs, scope=root.scope)
 
 
 def _linear_node(graph: Graph, m: Match, root: Node) -> Node | None:
