@@ -29,13 +29,13 @@ import json
 import mmap
 import os
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 
+from linnet.atomic import atomic_write
 from linnet.errors import LinnetError
 from linnet.records import record
 
@@ -313,8 +313,9 @@ def save_safetensors(
 ) -> None:
     """Write `tensors` to `path` as SafeTensors, atomically.
 
-    The data goes to a temporary file in the same folder, is flushed to disk
-    and then renamed over `path`, so a reader never sees half a checkpoint.
+    The data goes to a temporary file in the same folder and is then renamed
+    to `path` (`linnet.atomic.atomic_write`, not fsynced, as `safetensors`
+    itself does not), so a reader never sees half a checkpoint.
     Tensors are laid out largest element size first (then by name), which
     with the 8-byte header padding keeps every tensor aligned to its element
     size, as the reference writer does.
@@ -323,27 +324,12 @@ def save_safetensors(
     header, arrays = _header_for(target, tensors, metadata)
     encoded = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     encoded += b" " * (-(8 + len(encoded)) % 8)
-    folder = target.parent if str(target.parent) else Path(".")
-    temp_name: str | None = None
-    try:
-        with tempfile.NamedTemporaryFile(
-            "wb", dir=folder, prefix=f".{target.name}.", suffix=".tmp", delete=False
-        ) as handle:
-            temp_name = handle.name
-            handle.write(len(encoded).to_bytes(8, "little"))
-            handle.write(encoded)
-            for array in arrays:
-                if array.size:
-                    handle.write(array.reshape(-1).view(np.uint8).data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp_name, target)
-        temp_name = None
-    except OSError as error:
-        raise LinnetError(f"{target}: cannot write the SafeTensors file: {error}") from None
-    finally:
-        if temp_name is not None:
-            Path(temp_name).unlink(missing_ok=True)
+    with atomic_write(target, durable=False) as handle:
+        handle.write(len(encoded).to_bytes(8, "little"))
+        handle.write(encoded)
+        for array in arrays:
+            if array.size:
+                handle.write(array.reshape(-1).view(np.uint8).data)
 
 
 def _header_for(

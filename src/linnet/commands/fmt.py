@@ -14,14 +14,10 @@ result:
 
 from __future__ import annotations
 
-import contextlib
-import os
-import stat
 import sys
-import tempfile
 from pathlib import Path
 
-from linnet.errors import LinnetError
+from linnet.atomic import write_bytes
 from linnet.source import SourceFile
 
 STDIN_NAME = "<stdin>"
@@ -86,24 +82,4 @@ def _format(source: SourceFile, color: bool) -> bytes | None:
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace the file at `path` with `data` in one rename; `LinnetError` if it cannot."""
-    target = path.resolve()
-    try:
-        mode = stat.S_IMODE(target.stat().st_mode)
-        handle, temporary = tempfile.mkstemp(
-            dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
-        )
-    except OSError as exc:
-        raise LinnetError(f"cannot write `{path}`: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, target)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        if isinstance(exc, OSError):
-            raise LinnetError(f"cannot write `{path}`: {exc.strerror or exc}") from None
-        raise
+    write_bytes(path.resolve(), data, shown=str(path))  # a symlink's target is rewritten

@@ -25,16 +25,14 @@ onnx allows), smaller ones on a multiple of `SMALL_ALIGN`.
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import onnx
 
+from linnet.atomic import atomic_write
 from linnet.errors import LinnetError
 
 INLINE_LIMIT = 1024
@@ -96,11 +94,9 @@ def write_shared(models: Sequence[tuple[onnx.ModelProto, Payload, Path]], data_p
     covers tied weights. Every model file must sit in `data_path`'s folder
     (external data locations are relative to the model file).
 
-    Nothing half-written is ever visible: each file is written under a
-    temporary name in the target folder and renamed into place. The old file
-    is unlinked before the rename, not renamed over: ext4 forces the whole
-    new file to disk before a rename that replaces one (auto_da_alloc), which
-    made saving over an earlier export several times slower.
+    Nothing half-written is ever visible: each file is written by
+    `linnet.atomic.atomic_write` (a temporary name, then a rename; weights
+    are not fsynced, see there).
     """
     folder = data_path.parent
     for _, _, target in models:
@@ -113,7 +109,7 @@ def write_shared(models: Sequence[tuple[onnx.ModelProto, Payload, Path]], data_p
     written: dict[tuple[int, int, str], int] = {}
     pointed: list[onnx.TensorProto] = []
     try:
-        with _atomic(data_path) as data:
+        with atomic_write(data_path, durable=False) as data:
             offset = 0
             for model, payload, _ in models:
                 for tensor, array in pending_initializers(model, payload):
@@ -130,7 +126,7 @@ def write_shared(models: Sequence[tuple[onnx.ModelProto, Payload, Path]], data_p
                     _point(tensor, location, start, size)
                     pointed.append(tensor)
         for model, _, target in models:
-            with _atomic(target) as out:
+            with atomic_write(target, durable=False) as out:
                 out.write(model.SerializeToString())
     finally:
         for tensor in pointed:
@@ -161,23 +157,6 @@ def serialize_pending(model: onnx.ModelProto, payload: Payload) -> bytes:
         for tensor in pointed:
             del tensor.external_data[:]
             tensor.data_location = onnx.TensorProto.DEFAULT
-
-
-@contextmanager
-def _atomic(target: Path) -> Iterator[BinaryIO]:
-    """A new file written under a temporary name in `target`'s folder, renamed on success."""
-    temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    # os.open with 0o666 (less the umask), not mkstemp: the file keeps the
-    # permissions any other file written here would have, not 0600.
-    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            yield out
-        target.unlink(missing_ok=True)
-        os.rename(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
 
 
 def _point(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:

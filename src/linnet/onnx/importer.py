@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
+from linnet.atomic import write_bytes
 from linnet.errors import LinnetError
 from linnet.onnx import import_ops  # noqa: F401 - registers every operator translator
 from linnet.onnx.import_graph import REGISTRY, onnx_graph
@@ -424,16 +424,7 @@ def _write_weights(
 def _write_atomic(path: Path, text: str) -> None:
     folder = path.parent if str(path.parent) else Path(".")
     folder.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_bytes(path, text.encode("utf-8"))
 
 
 def _unused(*_: Any) -> None:

@@ -3,7 +3,7 @@
 Stage: the importers' last step, after the generated source has checked. In:
 the stored tensors the source reads, each an in-memory array or a byte range
 of a file (an ONNX model's external data). Out: one SafeTensors file, written
-to a temporary name, flushed and renamed (a reader never sees half a file).
+by `linnet.atomic.atomic_write` (a reader never sees half a file).
 
 Why not `linnet.weights.save_safetensors`: an imported model's weights are
 already bytes in a file. Copying them with `os.copy_file_range` moves no data
@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from linnet.atomic import atomic_write
 from linnet.errors import LinnetError
 from linnet.records import record
 from linnet.weights_safetensors import LINNET_TO_ST
@@ -76,33 +76,23 @@ def write_safetensors(target: Path, tensors: Sequence[StoredTensor]) -> None:
     encoded += b" " * (-(8 + len(encoded)) % _ALIGN)
     folder = target.parent if str(target.parent) else Path(".")
     folder.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(len(encoded).to_bytes(8, "little"))
-            out.write(encoded)
-            out.flush()
-            position = 8 + len(encoded)
-            for t in ordered:
-                if isinstance(t.data, FileRange):
-                    _copy_range(t.data, out.fileno(), position)
-                    position += t.data.length
-                else:
-                    arr = np.ascontiguousarray(t.data)
-                    out.seek(position)
-                    if arr.size:
-                        out.write(arr.reshape(-1).view(np.uint8).data)
-                    out.flush()
-                    position += arr.nbytes
-            out.truncate(position)
-            os.fsync(out.fileno())
-        os.replace(temp, target)
-    except OSError as error:
-        Path(temp).unlink(missing_ok=True)
-        raise LinnetError(f"{target}: cannot write the SafeTensors file: {error}") from None
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    with atomic_write(target, durable=False) as out:
+        out.write(len(encoded).to_bytes(8, "little"))
+        out.write(encoded)
+        out.flush()
+        position = 8 + len(encoded)
+        for t in ordered:
+            if isinstance(t.data, FileRange):
+                _copy_range(t.data, out.fileno(), position)
+                position += t.data.length
+            else:
+                arr = np.ascontiguousarray(t.data)
+                out.seek(position)
+                if arr.size:
+                    out.write(arr.reshape(-1).view(np.uint8).data)
+                out.flush()
+                position += arr.nbytes
+        out.truncate(position)
 
 
 def _copy_range(source: FileRange, out_fd: int, position: int) -> None:
