@@ -189,7 +189,7 @@ def main() -> None:
     print(f"{'without weights= (source)':<28}{ours['source_only']:>16.2f}")
     print(f"\nsource lines {ours['lines']}, recovered patterns {ours['recovered']}; "
           "the rest of the time is copying the weights into SafeTensors (disk-bound: "
-          "copy_file_range and fsync; onnx.load reads the same bytes)")  # fmt: skip
+          "copy_file_range; onnx.load reads the same bytes)")  # fmt: skip
     aim_time, aim_mem = ours["seconds"] < 10.0, ours["peak"] < 1.5 * weights
     print(f"aim: under 10 s {'met' if aim_time else 'MISSED'}; "
           f"under 1.5x weight bytes {'met' if aim_mem else 'MISSED'}")  # fmt: skip
