@@ -47,6 +47,7 @@ from linnet.sourcegen.patterns.passes import (
     is_float,
     reduce_axes,
     reduces_one_axis,
+    uncast_input,
 )
 from linnet.sourcegen.translate import numpy_dtype_name
 
@@ -167,18 +168,7 @@ def _maker(graph: Graph) -> Callable[[Matcher, Match, Node], Node | None]:
 def _node(graph: Graph, matcher: Matcher, m: Match, root: Node) -> Node | None:
     """The `linnet::layer_norm` node for a matched chain, when its dtypes and affine fit."""
     xf = m.vars["xf"]
-    x = xf
-    producer = matcher.producers.get(xf)
-    matched = {id(n) for n in m.nodes}
-    if (
-        producer is not None
-        and producer.op == "Cast"
-        and producer.domain == ""
-        and all(id(u) in matched for u in matcher.consumers.get(xf, []))
-        and xf not in matcher.outputs
-    ):
-        x = producer.inputs[0]
-        m.nodes.append(producer)
+    x = uncast_input(matcher, m, xf)
     xi, xfi, out = info(graph, x), info(graph, xf), info(graph, root.outputs[0])
     if xi is None or xfi is None or out is None or not is_float(graph, x):
         return None

@@ -138,6 +138,27 @@ def _run(
     return notes
 
 
+def uncast_input(matcher: Matcher, m: Match, xf: str) -> str:
+    """The input a norm's statistics are computed from, before a widening `Cast`.
+
+    PyTorch's mixed-precision norms cast `x` to f32 first; when that `Cast`
+    feeds only the matched chain (and is no graph output), it joins the match
+    and the norm reads `x` itself. Otherwise `xf` is the input.
+    """
+    producer = matcher.producers.get(xf)
+    matched = {id(n) for n in m.nodes}
+    if (
+        producer is not None
+        and producer.op == "Cast"
+        and producer.domain == ""
+        and all(id(u) in matched for u in matcher.consumers.get(xf, []))
+        and xf not in matcher.outputs
+    ):
+        m.nodes.append(producer)
+        return producer.inputs[0]
+    return xf
+
+
 def _recovered(what: str, node: Node, m: Match) -> str:
     return f"recovered `{what}` from {len(m.nodes)} nodes ending at `{node.outputs[0]}`"
 
@@ -286,18 +307,7 @@ def rms_norm(graph: Graph) -> list[str]:
 
     def make(matcher: Matcher, m: Match, root: Node) -> Node | None:
         xf, w = m.vars["xf"], m.vars["w"]
-        x = xf
-        producer = matcher.producers.get(xf)
-        matched = {id(n) for n in m.nodes}
-        if (
-            producer is not None
-            and producer.op == "Cast"
-            and producer.domain == ""
-            and all(id(u) in matched for u in matcher.consumers.get(xf, []))
-            and xf not in matcher.outputs
-        ):
-            x = producer.inputs[0]
-            m.nodes.append(producer)
+        x = uncast_input(matcher, m, xf)
         xi, xfi, wi = info(graph, x), info(graph, xf), stored_info(graph, w)
         out = info(graph, root.outputs[0])
         if xi is None or xfi is None or wi is None or out is None:
