@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import linnet.torch as lt  # noqa: E402
 from linnet.ir.bind import bind  # noqa: E402
-from linnet.torch.load import check  # noqa: E402
+from linnet.pipeline import check_program  # noqa: E402
 
 MODEL = {"B": 1, "Vocab": 4096, "H": 512, "Layers": 4, "Heads": 8, "KvHeads": 2,
          "Inner": 1408, "MaxSeq": 256}  # fmt: skip
@@ -60,7 +60,7 @@ def eager_class() -> Any:
 
 def random_weights(generics: dict[str, int], dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """Every mandatory param of the model, N(0, 0.02) (norm weights around 1), by path."""
-    model = bind(check(DATA / "llama.linnet"), generics={**generics, "T": "f32"})
+    model = bind(check_program(DATA / "llama.linnet"), generics={**generics, "T": "f32"})
     g = torch.Generator().manual_seed(0)
     out = {}
     for path, t in model.tensors.items():

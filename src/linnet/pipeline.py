@@ -25,6 +25,7 @@ loads neither NumPy nor any framework.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -86,6 +87,27 @@ def check_loaded(graph: ModuleGraph) -> CheckedProgram:
     from linnet.check.checker import check_graph
 
     return check_graph(graph)
+
+
+def check_program(
+    source: CheckedProgram | str | os.PathLike[str], std_root: str | os.PathLike[str] | None = None
+) -> CheckedProgram:
+    """An error-free checked program from source text (a string holding a newline), a
+    file or folder path, or a program already checked (the backends' `source=`).
+
+    Errors in the program raise one `LinnetError` carrying the diagnostics.
+    """
+    from linnet.check.program import CheckedProgram
+
+    std = None if std_root is None else Path(std_root)
+    if isinstance(source, CheckedProgram):
+        program = source
+    elif isinstance(source, str) and "\n" in source:
+        program = check_source(source, "<source>", std)
+    else:
+        program = check_paths([Path(source)], std)
+    _stop_on_errors(program)
+    return program
 
 
 # -- after checking: binding, Core IR, passes ------------------------------------------
@@ -230,7 +252,7 @@ def _stop_on_errors(program: CheckedProgram) -> None:
     if program.has_errors:
         from linnet.errors import LinnetError
 
-        raise LinnetError("the program has errors", program.diagnostics)
+        raise LinnetError("the Linnet program has errors", program.diagnostics)
 
 
 def load_entry(

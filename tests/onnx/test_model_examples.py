@@ -28,7 +28,7 @@ from linnet.ir.bind import BoundModel
 from linnet.ir.core import numpy_dtype
 from linnet.ir.interp import run_function
 from linnet.onnx import load_model
-from linnet.onnx.model import check
+from linnet.pipeline import check_program
 from linnet.target import Target, resolve
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -154,7 +154,7 @@ def test_example_matches_torch_and_the_interpreter(case: str) -> None:
 
     folder, root, generics, calls = cases()[case]
     source = EXAMPLES / folder / "src" / "lib.linnet"
-    program = check(source)
+    program = check_program(source)
     weights = random_weights(bind(program, root=root, generics=dict(generics)), 0)
     model = load_model(program, root=root, generics=generics, weights=weights or None)
     reference, reason = torch_reference(source, root, generics, weights)

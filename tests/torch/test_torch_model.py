@@ -39,9 +39,9 @@ def eager_module() -> Any:
 def llama_weights(seed: int = 0) -> dict[str, np.ndarray]:
     """Random weights for every mandatory param (the optional biases stay absent)."""
     from linnet.ir.bind import bind
-    from linnet.torch.load import check
+    from linnet.pipeline import check_program
 
-    model = bind(check(LLAMA), generics=GENERICS)
+    model = bind(check_program(LLAMA), generics=GENERICS)
     rng = np.random.default_rng(seed)
     out = {}
     for path, t in model.tensors.items():

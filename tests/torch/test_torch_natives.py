@@ -19,8 +19,8 @@ from torch_support import check as compare
 from linnet.ir.core import Function, TensorType, numpy_dtype
 from linnet.ir.lower import lower_function
 from linnet.ir.passes import optimize
+from linnet.pipeline import check_program
 from linnet.torch.analysis import walk
-from linnet.torch.load import check
 from linnet.torch.natives import find_native
 from linnet.torch.ops import Context
 
@@ -93,7 +93,7 @@ where Hk > 0, H % Hk == 0 {
 
 @pytest.fixture(scope="module")
 def program():  # type: ignore[no-untyped-def]
-    return check(SOURCE)
+    return check_program(SOURCE)
 
 
 def lowered(program, name: str, arrays: list[np.ndarray], dtypes: list[str]) -> Function:  # type: ignore[no-untyped-def]

@@ -25,27 +25,9 @@ from linnet.ir.bind import EntrySignature, module_entry, parse_generic
 from linnet.ir.core import TensorType
 from linnet.onnx.export_assemble import export_ir
 from linnet.onnx.export_result import ExportedModel
+from linnet.pipeline import check_program
 
 Source = CheckedProgram | str | os.PathLike[str]
-
-
-def checked(source: Source, std_root: str | os.PathLike[str] | None = None) -> CheckedProgram:
-    """A checked program from source text (a string holding a newline), a path, or a program.
-
-    Errors in the program are raised as one `LinnetError` carrying the diagnostics.
-    """
-    from linnet.pipeline import check_paths, check_source
-
-    std = None if std_root is None else Path(std_root)
-    if isinstance(source, CheckedProgram):
-        program = source
-    elif isinstance(source, str) and "\n" in source:
-        program = check_source(source, "<source>", std)
-    else:
-        program = check_paths([Path(source)], std)
-    if program.has_errors:
-        raise LinnetError("the Linnet program has errors", program.diagnostics)
-    return program
 
 
 def export_model(
@@ -88,7 +70,7 @@ def export_model(
     from linnet.pipeline import bind_weights, lower, optimize
     from linnet.target import Target, resolve
 
-    program = checked(source, std_root)
+    program = check_program(source, std_root)
     std = None if std_root is None else Path(std_root)
     module_level = root is None and entry is not None and _is_module_entry(program, entry)
     resolved = (
@@ -146,7 +128,7 @@ def export_function(
     """
     from linnet.pipeline import lower_module_entry, optimize
 
-    program = checked(source, std_root)
+    program = check_program(source, std_root)
     if module is None:
         if not program.graph.roots:
             raise LinnetError("the program has no root module")

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -58,28 +57,12 @@ from linnet.onnx._values import (
     placed,
     type_of_ortvalue,
 )
+from linnet.pipeline import check_program
 
 Source = CheckedProgram | str | os.PathLike[str]
 WeightsSource = Mapping[str, Any] | str | os.PathLike[str]
 Output = Any
 """What `run_entry` returns: one result, a tuple of them, or None."""
-
-
-def check(source: Source, std_root: str | os.PathLike[str] | None = None) -> CheckedProgram:
-    """A checked program from source text (a string holding a newline), a path, or a
-    program already checked; errors are one `LinnetError` carrying the diagnostics."""
-    from linnet.pipeline import check_paths, check_source
-
-    std = None if std_root is None else Path(std_root)
-    if isinstance(source, CheckedProgram):
-        program = source
-    elif isinstance(source, str) and "\n" in source:
-        program = check_source(source, "<source>", std)
-    else:
-        program = check_paths([Path(source)], std)
-    if program.has_errors:
-        raise LinnetError("the Linnet program has errors", program.diagnostics)
-    return program
 
 
 def bind_weights(
@@ -139,7 +122,7 @@ def load_model(
     """
     from linnet.ir.bind import bind
 
-    program = check(source, std_root)
+    program = check_program(source, std_root)
     model = bind(program, root=root, generics=generics)
     arrays = bind_weights(model, weights, bindings=bindings, cast_dtype=cast_dtype)
     return OnnxModel(model, arrays, providers=providers, session_options=session_options)

@@ -20,7 +20,8 @@ from linnet.check.program import CheckedProgram
 from linnet.errors import LinnetError
 from linnet.ir.bind import EntrySignature, generics_key, module_entry
 from linnet.ir.core import TensorType
-from linnet.torch.load import Source, check
+from linnet.pipeline import check_program
+from linnet.torch.load import Source
 from linnet.torch.module import Prepared, Result, convert_input, make_runner
 
 
@@ -130,7 +131,7 @@ def load_function(
     >>> f(torch.tensor([1.0, 4.0, 2.0]))
     tensor(3.)
     """
-    program = check(source, std_root)
+    program = check_program(source, std_root)
     if module is None:
         if not program.graph.roots:
             raise LinnetError("the program has no root module")

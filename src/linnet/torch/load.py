@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,31 +30,12 @@ import torch
 from linnet.check.program import CheckedProgram
 from linnet.errors import LinnetError
 from linnet.ir.bind import BoundModel
+from linnet.pipeline import check_program
 from linnet.torch.dtypes import linnet_dtype, to_numpy
 from linnet.torch.module import LinnetModule
 
 Source = CheckedProgram | str | os.PathLike[str]
 WeightsSource = Mapping[str, Any] | str | os.PathLike[str]
-
-
-def check(source: Source, std_root: str | os.PathLike[str] | None = None) -> CheckedProgram:
-    """A checked program from source text, a file or folder path, or a program already checked.
-
-    A string holding a newline is source text; any other string is a path.
-    Errors in the program are raised as one `LinnetError` carrying the diagnostics.
-    """
-    from linnet.pipeline import check_paths, check_source
-
-    std = None if std_root is None else Path(std_root)
-    if isinstance(source, CheckedProgram):
-        program = source
-    elif isinstance(source, str) and "\n" in source:
-        program = check_source(source, "<source>", std)
-    else:
-        program = check_paths([Path(source)], std)
-    if program.has_errors:
-        raise LinnetError("the Linnet program has errors", program.diagnostics)
-    return program
 
 
 def numpy_weights(weights: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -132,7 +112,7 @@ def load(
     """
     from linnet.ir.bind import bind
 
-    program = check(source, std_root)
+    program = check_program(source, std_root)
     model = bind(program, root=root, generics=generics)
     arrays = bind_weights(
         model,
