@@ -29,6 +29,11 @@ INT_RANGES = {
     "u64": (0, 2**64 - 1),
 }
 INTS = tuple(INT_RANGES)
+FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
+
+SHAPE = (3, 5)
+ARITH = ("add", "sub", "mul", "div", "rem", "max", "min")
+COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 
 
 def rng_for(*key: object) -> np.random.Generator:
@@ -93,3 +98,32 @@ def const_first(kind: str, x: np.ndarray, dtype: str, const: np.ndarray) -> Func
     b = Builder.for_function([("x", TensorType(x.shape, dtype))])
     out = b.binary(kind, b.const(const, dtype), b.args[0])
     return b.finish_function(kind, [out])
+
+
+def binary_operands(kind: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """`[3, 5]` and a `[5]` to broadcast along the first axis: no integer division by
+    zero, and some equal pairs for the comparisons."""
+    rng = rng_for(kind, dtype)
+    a = random_array(rng, dtype, SHAPE)
+    b = random_array(rng, dtype, SHAPE[1:])
+    if kind in ("div", "rem") and dtype in INTS:
+        b[b == 0] = 3
+    if kind in COMPARE:
+        b[:2] = a[0, :2]
+    return a, b
+
+
+def cast_source(rng: np.random.Generator, source: str, target: str) -> np.ndarray:
+    """Values of `source` a cast to `target` is defined on (floats to ints in range),
+    with signed zeros and a fraction among the floats."""
+    if source in FLOAT_DTYPES and target in INTS:
+        hi = 100.0 if target in ("i8", "u8") else 3e4 if target in ("i16", "u16") else 1e9
+        lo = 0.0 if target.startswith("u") else -hi
+        if source == "f16":
+            hi, lo = min(hi, 6e4), max(lo, -6e4)
+        return random_array(rng, source, (4, 8), float_range=(lo, hi))
+    if source in FLOAT_DTYPES:
+        x = random_array(rng, source, (4, 8), float_range=(-1e3, 1e3))
+        x[0, :3] = [0.0, -0.0, 0.4]
+        return x
+    return random_array(rng, source, (4, 8))

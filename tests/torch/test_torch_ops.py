@@ -12,13 +12,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from backend_cases import const_first, one_op, random_array, rng_for, with_const
+from backend_cases import (
+    ARITH,
+    COMPARE,
+    SHAPE,
+    binary_operands,
+    cast_source,
+    const_first,
+    one_op,
+    random_array,
+    rng_for,
+    with_const,
+)
 from torch_support import ALL, FLOATS, INTS, MODES, check
 
 from linnet.ir.core import Builder, TensorType, numpy_dtype
-
-SHAPE = (3, 5)
-
 
 # -- unary ----------------------------------------------------------------------------------
 
@@ -52,26 +60,12 @@ def test_not(dtype: str, mode: str) -> None:
 
 # -- binary ---------------------------------------------------------------------------------
 
-ARITH = ("add", "sub", "mul", "div", "rem", "max", "min")
-COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
-
-
-def _binary_operands(kind: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    rng = rng_for(kind, dtype)
-    a = random_array(rng, dtype, SHAPE)
-    b = random_array(rng, dtype, SHAPE[1:])  # broadcast along the first axis
-    if kind in ("div", "rem") and dtype in INTS:
-        b[b == 0] = 3
-    if kind in COMPARE:
-        b[:2] = a[0, :2]  # some equal pairs
-    return a, b
-
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", [*INTS, *FLOATS])
 @pytest.mark.parametrize("kind", ARITH + COMPARE)
 def test_numeric_binary(kind: str, dtype: str, mode: str) -> None:
-    a, b = _binary_operands(kind, dtype)
+    a, b = binary_operands(kind, dtype)
     types = [TensorType(a.shape, dtype), TensorType(b.shape, dtype)]
     check(one_op(kind, types), [a, b], mode)
 
@@ -80,7 +74,7 @@ def test_numeric_binary(kind: str, dtype: str, mode: str) -> None:
 @pytest.mark.parametrize("dtype", ["i32", "u8", "u32", "u64", "f32", "bf16"])
 @pytest.mark.parametrize("kind", ARITH + COMPARE)
 def test_binary_with_constants(kind: str, dtype: str, mode: str) -> None:
-    a, b = _binary_operands(kind, dtype)
+    a, b = binary_operands(kind, dtype)
     scalar = b[:1].reshape(())
     check(with_const(kind, a, dtype, scalar), [a], mode)
     check(with_const(kind, a, dtype, b), [a], mode)
@@ -144,25 +138,11 @@ def test_unsigned_division_large_values(dtype: str, mode: str) -> None:
 # -- casts --------------------------------------------------------------------------------
 
 
-def _cast_source(rng: np.random.Generator, source: str, target: str) -> np.ndarray:
-    if source in FLOATS and target in INTS:
-        hi = 100.0 if target in ("i8", "u8") else 3e4 if target in ("i16", "u16") else 1e9
-        lo = 0.0 if target.startswith("u") else -hi
-        if source == "f16":
-            hi, lo = min(hi, 6e4), max(lo, -6e4)
-        return random_array(rng, source, (4, 8), float_range=(lo, hi))
-    if source in FLOATS:
-        x = random_array(rng, source, (4, 8), float_range=(-1e3, 1e3))
-        x[0, :3] = [0.0, -0.0, 0.4]
-        return x
-    return random_array(rng, source, (4, 8))
-
-
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("target", ALL)
 @pytest.mark.parametrize("source", ALL)
 def test_cast(source: str, target: str, mode: str) -> None:
-    x = _cast_source(rng_for("cast", source, target), source, target)
+    x = cast_source(rng_for("cast", source, target), source, target)
     fn = one_op("cast", [TensorType(x.shape, source)], result=TensorType(x.shape, target))
     check(fn, [x], mode)
 
