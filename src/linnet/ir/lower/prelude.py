@@ -23,24 +23,14 @@ Inside index notation the elementwise functions take `IxVal` operands.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
+from linnet.check.prelude import FLOAT_FUNCTIONS
 from linnet.check.program import CallInfo
 from linnet.errors import InternalError
 from linnet.ir.core import Value
 from linnet.ir.lower.context import Frame, Lowerer, not_supported
 from linnet.ir.lower.values import LV, IxVal, ShapeLV, is_number
 from linnet.syntax import ast
-
-UNARY_FLOAT: dict[str, Callable[[float], float]] = {
-    "exp": math.exp,
-    "log": math.log,
-    "sqrt": math.sqrt,
-    "rsqrt": lambda v: 1.0 / math.sqrt(v),
-    "sin": math.sin,
-    "cos": math.cos,
-    "tanh": math.tanh,
-}
 
 
 def lower_prelude(lw: Lowerer, fr: Frame, call: ast.Call, info: CallInfo) -> LV:
@@ -51,7 +41,7 @@ def lower_prelude(lw: Lowerer, fr: Frame, call: ast.Call, info: CallInfo) -> LV:
     if name == "cast":
         assert info.dtype_arg is not None
         return cast(lw, fr, args[0], fr.env.dtype(info.dtype_arg))
-    if name in UNARY_FLOAT or name == "abs":
+    if name in FLOAT_FUNCTIONS or name == "abs":
         return _unary(lw, fr, name, args[0])
     if name in ("min", "max"):
         a, b = args
@@ -89,7 +79,7 @@ def _unary(lw: Lowerer, fr: Frame, name: str, x: LV) -> LV:
         if name == "abs":
             return abs(x)
         try:
-            return UNARY_FLOAT[name](float(x))
+            return FLOAT_FUNCTIONS[name](float(x))
         except (ValueError, OverflowError, ZeroDivisionError):
             return _ieee(name, float(x))
     if isinstance(x, IxVal) or fr.ix is not None:
