@@ -218,7 +218,7 @@ def _stripped(tensor: onnx.TensorProto) -> bool:
 
 
 def _placeholder(tensor: onnx.TensorProto) -> np.ndarray:
-    from linnet.sourcegen.translate import numpy_dtype
+    from linnet.ir.core import numpy_dtype
 
     if tensor.data_type not in DTYPES:
         name = TensorProto.DataType.Name(tensor.data_type)

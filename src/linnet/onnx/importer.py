@@ -303,7 +303,7 @@ def _attach_external(
 def _external_array(
     init: onnx.TensorProto, base_dir: Path | None, dtypes: dict[int, str]
 ) -> tuple[np.ndarray, FileRange | None]:
-    from linnet.sourcegen.translate import numpy_dtype
+    from linnet.ir.core import numpy_dtype
 
     info = {e.key: e.value for e in init.external_data}
     if base_dir is None:

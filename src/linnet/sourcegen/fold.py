@@ -70,7 +70,7 @@ def _value(elems: Sequence[Dim], shape: tuple[Dim, ...], dtype: str = "i64") -> 
             tuple(int(d.as_int() or 0) for d in shape)
         )
         if dtype != "i64":
-            from linnet.sourcegen.translate import numpy_dtype
+            from linnet.ir.core import numpy_dtype
 
             const = const.astype(numpy_dtype(dtype))
     return Value(shape, dtype, const=const, elements=tuple(elems))

@@ -51,6 +51,8 @@ import numpy as np
 
 from linnet.check.dims import Dim, Symbol
 from linnet.check.prover import Facts
+from linnet.errors import InternalError
+from linnet.ir.core import DTYPES, dtype_of_numpy, numpy_dtype
 from linnet.sourcegen import build
 from linnet.sourcegen.graph import DimLike, Graph, Node
 from linnet.sourcegen.layout import Layout, method_scope_members, type_names
@@ -399,7 +401,7 @@ class Context:
         const = None
         if all(e.as_int() is not None for e in elems):
             values = [e.as_int() for e in elems]
-            const = np.array(values, dtype=_NP_OF.get(dtype, np.int64))
+            const = np.array(values, dtype=numpy_dtype(dtype) if dtype in DTYPES else np.int64)
             if scalar:
                 const = const.reshape(())
         return Value(shape, dtype, const=const, elements=elems)
@@ -637,41 +639,13 @@ _FLOAT_MAX = {
     "f64": 1.7976931348623157e308,
 }
 
-_NP_OF: dict[str, Any] = {
-    "bool": np.bool_,
-    "i8": np.int8,
-    "i16": np.int16,
-    "i32": np.int32,
-    "i64": np.int64,
-    "u8": np.uint8,
-    "u16": np.uint16,
-    "u32": np.uint32,
-    "u64": np.uint64,
-    "f16": np.float16,
-    "f32": np.float32,
-    "f64": np.float64,
-}
-
 
 def numpy_dtype_name(dtype: np.dtype[Any]) -> str:
-    """The Linnet dtype of a NumPy dtype (bf16 via ml_dtypes)."""
-    for name, np_type in _NP_OF.items():
-        if dtype == np.dtype(np_type):
-            return name
-    if dtype.name == "bfloat16":
-        return "bf16"
-    raise Unsupported(f"dtype {dtype} has no Linnet counterpart")
-
-
-def numpy_dtype(name: str) -> np.dtype[Any]:
-    """The NumPy dtype of a Linnet dtype name."""
-    if name == "bf16":
-        import ml_dtypes
-
-        bf16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
-        return bf16
-    out: np.dtype[Any] = np.dtype(_NP_OF[name])
-    return out
+    """The Linnet dtype of a NumPy dtype (bf16 via ml_dtypes); `Unsupported` if none."""
+    try:
+        return dtype_of_numpy(dtype)
+    except InternalError:
+        raise Unsupported(f"dtype {dtype} has no Linnet counterpart") from None
 
 
 def _is_literal(expr: ast.Expr) -> bool:

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from linnet.check.dims import Dim
+from linnet.ir.core import numpy_dtype
 from linnet.sourcegen import build
-from linnet.sourcegen.translate import Context, Translation, Unsupported, numpy_dtype
+from linnet.sourcegen.translate import Context, Translation, Unsupported
 from linnet.sourcegen.values import FLOAT_DTYPES, INT_DTYPES, Value
 from linnet.syntax import ast
 
