@@ -69,7 +69,9 @@ def resolve(program: CheckedProgram, target: Target) -> Resolved:
         entry = _module_entry(program, target.entry)
         signature = module_entry(program, module, entry.name)
         own = _split(target.generics, (), entry, None)
-        return Resolved(None, module, signature, _input_types(signature, own), frozenset(), own)
+        return Resolved(
+            None, module, signature, entry_input_types(signature, own), frozenset(), own
+        )
     from linnet.pipeline import bind
 
     entry = _block_entry(root, target.entry)
@@ -78,7 +80,7 @@ def resolve(program: CheckedProgram, target: Target) -> Resolved:
     model = bind(program, root=root.name, generics=root_given)
     signature = model.entries[entry.name]
     present = _present(model, target.optionals_present)
-    return Resolved(model, module, signature, _input_types(signature, own), present, own)
+    return Resolved(model, module, signature, entry_input_types(signature, own), present, own)
 
 
 def _root_block(program: CheckedProgram, name: str | None) -> BlockInfo | None:
@@ -150,7 +152,7 @@ def _split(
     return {k: v for k, v in given.items() if k in own_names}
 
 
-def _input_types(entry: EntrySignature, given: Mapping[str, object]) -> tuple[TensorType, ...]:
+def entry_input_types(entry: EntrySignature, given: Mapping[str, object]) -> tuple[TensorType, ...]:
     """The inputs' types with the entry's generics bound (lowering then checks them, 6.7 step 4)."""
     from linnet.ir.bind import parse_generic
     from linnet.ir.env import Env, evaluate_generic

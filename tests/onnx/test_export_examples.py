@@ -25,8 +25,8 @@ from linnet.check.decls import BlockInfo
 from linnet.ir.bind import bind, find_root
 from linnet.ir.core import Function, numpy_dtype
 from linnet.ir.interp import run_function
-from linnet.onnx.export import entry_input_types
 from linnet.pipeline import check_paths, lower, optimize
+from linnet.target import entry_input_types
 
 EXAMPLES_DIR = ROOT / "examples"
 

@@ -21,8 +21,7 @@ from typing import Any
 
 from linnet.check.program import CheckedProgram
 from linnet.errors import LinnetError
-from linnet.ir.bind import EntrySignature, module_entry, parse_generic
-from linnet.ir.core import TensorType
+from linnet.ir.bind import EntrySignature, module_entry
 from linnet.onnx.export_assemble import export_ir
 from linnet.onnx.export_result import ExportedModel
 from linnet.pipeline import check_program
@@ -127,6 +126,7 @@ def export_function(
     [('output0', 'f32[]')]
     """
     from linnet.pipeline import lower_module_entry, optimize
+    from linnet.target import entry_input_types
 
     program = check_program(source, std_root)
     if module is None:
@@ -166,24 +166,3 @@ def _own_generics(signature: EntrySignature, generics: Mapping[str, object]) -> 
                 f"{', '.join(declared) or 'none'})"
             )
     return dict(generics)
-
-
-def entry_input_types(
-    signature: EntrySignature, given: Mapping[str, object]
-) -> tuple[TensorType, ...]:
-    """The inputs' types with every generic of the entry bound (defaults allowed)."""
-    from linnet.ir.env import Env, evaluate_generic
-
-    owner = f"entry `{signature.fn.name}`"
-    own = Env()
-    for g in signature.fn.generics:
-        if g.name in given:
-            own.bind(g.key, parse_generic(g, given[g.name], owner))
-        elif g.has_default and g.default is not None:
-            own.bind(g.key, evaluate_generic(signature.base.extended(own), g.kind, g.default))
-        else:
-            raise LinnetError(
-                f"missing generic `{g.name}` for {owner}: an export binds every generic"
-            )
-    full = signature.base.extended(own)
-    return tuple(full.tensor_type(spec.type) for spec in signature.inputs)
