@@ -88,9 +88,24 @@ def main() -> None:
     ).stdout.strip()
 
     rows = [
-        ("lex + parse (linnet)", f"{lines:,}", f"{parse_s * 1e3:8.1f} ms", f"{lines / parse_s:>10,.0f}"),
-        ("full check (linnet)", f"{lines:,}", f"{check_s * 1e3:8.1f} ms", f"{lines / check_s:>10,.0f}"),
-        ("ast.parse (CPython, yardstick)", f"{py_lines:,}", f"{py_s * 1e3:8.1f} ms", f"{py_lines / py_s:>10,.0f}"),
+        (
+            "lex + parse (linnet)",
+            f"{lines:,}",
+            f"{parse_s * 1e3:8.1f} ms",
+            f"{lines / parse_s:>10,.0f}",
+        ),
+        (
+            "full check (linnet)",
+            f"{lines:,}",
+            f"{check_s * 1e3:8.1f} ms",
+            f"{lines / check_s:>10,.0f}",
+        ),
+        (
+            "ast.parse (CPython, yardstick)",
+            f"{py_lines:,}",
+            f"{py_s * 1e3:8.1f} ms",
+            f"{py_lines / py_s:>10,.0f}",
+        ),
     ]
     print(f"{'stage':34} {'lines':>8} {'time':>11} {'lines/s':>10}")
     for name, n, t, rate in rows:

@@ -83,7 +83,7 @@ def child_weights(sizes: dict[str, int], work: Path) -> dict[str, Any]:
 def child_linnet(sizes: dict[str, int], work: Path) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "src"))
     from linnet.onnx import export_model, save_together
-    from linnet.weights_safetensors import read_safetensors
+    from linnet.weights.safetensors import read_safetensors
 
     generics = {**sizes, "Batch": 1, "MaxSeq": MAX_SEQ, "T": "f32"}
     out = work / "linnet"

@@ -74,7 +74,7 @@ def export(sizes: dict[str, int], path: Path) -> None:
 
 def run_linnet(path: Path, out: Path) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "src"))
-    from linnet.onnx.importer import import_onnx
+    from linnet.onnx.importer.api import import_onnx
 
     start = time.perf_counter()
     import_onnx(path, output=out / "source_only.linnet")  # no weights written

@@ -189,7 +189,7 @@ def freeze_inputs(case: Any, twin: Any = None) -> tuple[Any, list[str]]:
 def linnet_dtypes_only(case: Any) -> bool:
     """Whether every tensor the case's graph declares has a Linnet dtype (no strings,
     8-bit floats, 4-bit integers, sequences or optionals)."""
-    from linnet.onnx.import_graph import DTYPES
+    from linnet.onnx.importer.graph import DTYPES
 
     graph = case.model.graph
     for vi in [*graph.input, *graph.output]:
@@ -241,7 +241,7 @@ def run_linnet(
 def _import_and_run(case: Any, model: Any, frozen: list[str], workdir: Path) -> tuple[str, str]:
     from linnet.errors import LinnetError
     from linnet.onnx import ImportRefusedError, UnmappedOperatorsError
-    from linnet.onnx.importer import import_onnx
+    from linnet.onnx.importer.api import import_onnx
 
     out = workdir / "model.linnet"
     wdir = workdir / "weights"
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from linnet.onnx.import_graph import REGISTRY
+    from linnet.onnx.importer.graph import REGISTRY
 
     start = time.perf_counter()
     cases = load_cases(args.pattern)

@@ -131,7 +131,9 @@ class Materializer:
             block = Block("")
         return self.run_function(fn, args, env, block)
 
-    def run_function(self, fn: dict[str, Any], args: Sequence[Any], env: Env, block: Block | None) -> Any:
+    def run_function(
+        self, fn: dict[str, Any], args: Sequence[Any], env: Env, block: Block | None
+    ) -> Any:
         values: dict[int, Any] = {}
         body = fn["body"]
         for arg, value in zip(body["args"], args, strict=True):
@@ -151,7 +153,11 @@ class Materializer:
         raise AssertionError("a region without a terminator")
 
     def sub_region(
-        self, region: dict[str, Any], args: Sequence[Any], values: dict[int, Any], env: Env,
+        self,
+        region: dict[str, Any],
+        args: Sequence[Any],
+        values: dict[int, Any],
+        env: Env,
         block: Block | None,
     ) -> list[Any]:
         inner = dict(values)
@@ -161,7 +167,9 @@ class Materializer:
 
     # -- ops -------------------------------------------------------------------------
 
-    def op(self, op: dict[str, Any], values: dict[int, Any], env: Env, block: Block | None) -> list[Any]:
+    def op(
+        self, op: dict[str, Any], values: dict[int, Any], env: Env, block: Block | None
+    ) -> list[Any]:
         kind, attrs = op["kind"], op["attrs"]
         xs = [values[i] for i in op["operands"]]
         rtype = op["results"][0]["type"] if op["results"] else None
@@ -271,7 +279,9 @@ class Materializer:
         return np.asarray(value).astype(np_dtype(dtype_name(rtype["dtype"], env)))
 
     def is_int(self, rtype: Any, env: Env) -> bool:
-        return rtype["kind"] in ("scalar", "tensor") and dtype_name(rtype["dtype"], env) not in FLOATS
+        return (
+            rtype["kind"] in ("scalar", "tensor") and dtype_name(rtype["dtype"], env) not in FLOATS
+        )
 
     def sub(self, path: str, rtype: Any, env: Env) -> Any:
         if rtype["kind"] == "array":
@@ -287,10 +297,14 @@ class Materializer:
         for axis in axes:
             if axis.get("whole"):
                 unit = axis["unit"]
-                covered = len(env.syms[unit["pack"]]) if isinstance(unit, dict) and "pack" in unit else 1
+                covered = (
+                    len(env.syms[unit["pack"]]) if isinstance(unit, dict) and "pack" in unit else 1
+                )
                 index.extend([slice(None)] * covered)
             elif axis.get("squeeze"):
-                index.append(dim(axis["index"], env) if "index" in axis else int(xs[axis["operand"]]))
+                index.append(
+                    dim(axis["index"], env) if "index" in axis else int(xs[axis["operand"]])
+                )
             else:
                 index.append(slice(dim(axis["start"], env), dim(axis["stop"], env), axis["step"]))
         return x[tuple(index)]
@@ -313,7 +327,9 @@ class Materializer:
             return list(itertools.product(*(range(n) for n in shape(decl["domain"], env))))
         return list(range(dim(decl["domain"], env)))
 
-    def comprehension(self, op: dict[str, Any], values: dict[int, Any], env: Env, block: Block | None) -> Any:
+    def comprehension(
+        self, op: dict[str, Any], values: dict[int, Any], env: Env, block: Block | None
+    ) -> Any:
         decls = op["attrs"]["indices"]
         domains = [self.domain(d, env) for d in decls]
         out_shape: list[int] = []
@@ -331,7 +347,9 @@ class Materializer:
             out[tuple(position)] = value
         return out
 
-    def reduce(self, op: dict[str, Any], values: dict[int, Any], env: Env, block: Block | None) -> Any:
+    def reduce(
+        self, op: dict[str, Any], values: dict[int, Any], env: Env, block: Block | None
+    ) -> Any:
         attrs = op["attrs"]
         decls = attrs["indices"]
         items = []
@@ -345,14 +363,21 @@ class Materializer:
         return reducer(np.asarray(items))
 
     def static_loop(
-        self, op: dict[str, Any], xs: list[Any], values: dict[int, Any], env: Env, block: Block | None
+        self,
+        op: dict[str, Any],
+        xs: list[Any],
+        values: dict[int, Any],
+        env: Env,
+        block: Block | None,
     ) -> list[Any]:
         (body,) = op["regions"]
         if op["kind"] == "static_for":
             elements, carried = xs[0], list(xs[1:])
         else:
             attrs = op["attrs"]
-            elements = [np.int64(i) for i in range(dim(attrs["start"], env), dim(attrs["stop"], env))]
+            elements = [
+                np.int64(i) for i in range(dim(attrs["start"], env), dim(attrs["stop"], env))
+            ]
             carried = list(xs)
         for element in elements:
             carried = self.sub_region(body, [element, *carried], values, env, block)

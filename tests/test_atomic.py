@@ -18,7 +18,7 @@ import pytest
 
 from linnet.atomic import atomic_write, write_bytes
 from linnet.errors import LinnetError
-from linnet.weights_safetensors import read_safetensors, save_safetensors
+from linnet.weights.safetensors import read_safetensors, save_safetensors
 
 
 @pytest.fixture

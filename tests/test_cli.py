@@ -190,7 +190,9 @@ def test_check_json_on_stdout_only(capsys: pytest.CaptureFixture[str], tmp_path:
     assert document["diagnostics"][0]["location"]["file"] == "bad.linnet"
 
 
-def test_check_a_valid_file_prints_nothing(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_check_a_valid_file_prints_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     write(tmp_path / "good.linnet", GOOD)
     assert run(capsys, "check", "good.linnet") == (0, "", "")
     status, out, _ = run(capsys, "check", "--json", "good.linnet")
@@ -219,13 +221,17 @@ def test_check_uses_the_std_option(capsys: pytest.CaptureFixture[str], tmp_path:
 # -- fmt -------------------------------------------------------------------------------
 
 
-def test_fmt_check_reports_and_writes_nothing(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_fmt_check_reports_and_writes_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     path = write(tmp_path / "a.linnet", UNFORMATTED)
     assert run(capsys, "fmt", "--check", "a.linnet") == (1, "", "would reformat a.linnet\n")
     assert path.read_text() == UNFORMATTED
 
 
-def test_fmt_rewrites_in_place_atomically(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_fmt_rewrites_in_place_atomically(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     path = write(tmp_path / "a.linnet", UNFORMATTED)
     path.chmod(0o640)
     inode = path.stat().st_ino
@@ -322,7 +328,9 @@ def test_inspect_parameters_text_and_json(capsys: pytest.CaptureFixture[str]) ->
     } in mlp["entries"]
 
 
-def test_inspect_parameters_reports_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_inspect_parameters_reports_errors(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     write(tmp_path / "bad.linnet", SYNTAX_ERROR)
     status, out, err = run(capsys, "inspect", "--parameters", "bad.linnet")
     assert (status, out) == (1, "") and "error E1101" in err
@@ -359,7 +367,9 @@ def test_init_name_sanitising(tmp_path: Path, directory: str, name: str) -> None
     assert package_name(tmp_path / directory) == name
 
 
-def test_init_creates_a_package_that_checks(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_init_creates_a_package_that_checks(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     status, out, err = run(capsys, "init", "my-model")
     assert (status, err) == (0, "")
     assert out == "created package `my_model` in my-model\n"
@@ -384,7 +394,9 @@ def test_init_defaults_to_the_current_directory_and_keeps_lib(
     assert (here / "linnet.toml").is_file()
 
 
-def test_init_refuses_an_existing_manifest(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_init_refuses_an_existing_manifest(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     write(tmp_path / "p" / "linnet.toml", "# mine\n")
     status, out, err = run(capsys, "init", "p")
     assert (status, out) == (1, "")
@@ -402,7 +414,7 @@ def test_spec_test_output_and_status(capsys: pytest.CaptureFixture[str], tmp_pat
     write(suite / "invalid" / "wrong.linnet", SYNTAX_ERROR)
     write(
         suite / "manifest.toml",
-        'version = 1\n'
+        "version = 1\n"
         '[[case]]\nfile = "invalid/no_module.linnet"\nexpect = "error"\ncode = "E1102"\n'
         '[[case]]\nfile = "invalid/wrong.linnet"\nexpect = "error"\ncode = "E2103"\n',
     )
@@ -443,6 +455,8 @@ def test_console_script_and_module_entry_point(tmp_path: Path) -> None:
         assert result.returncode == 2 and result.stderr.startswith("linnet: no command given")
 
 
-def test_main_reads_sys_argv(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_reads_sys_argv(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(sys, "argv", ["linnet", "--version"])
     assert cli.main() == 0 and capsys.readouterr().out == "linnet 0.1.0\n"

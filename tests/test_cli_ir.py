@@ -54,7 +54,9 @@ def test_inspect_ir_options(capsys: pytest.CaptureFixture[str]) -> None:
     )  # fmt: skip
     assert status == 0
     assert "bias" not in out and "f64[1,4]" in out.splitlines()[0]
-    status, plain, _ = run(capsys, "inspect", "--ir", "--no-optimize", *BINDS, "--bind=B=2", str(TINY))
+    status, plain, _ = run(
+        capsys, "inspect", "--ir", "--no-optimize", *BINDS, "--bind=B=2", str(TINY)
+    )
     status2, optimized, _ = run(capsys, "inspect", "--ir", *BINDS, "--bind=B=2", str(TINY))
     assert status == status2 == 0
     assert len(optimized.splitlines()) < len(plain.splitlines())
@@ -62,7 +64,9 @@ def test_inspect_ir_options(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_module_level_entries(capsys: pytest.CaptureFixture[str]) -> None:
     losses = VALID / "spec_losses.linnet"
-    status, out, _ = run(capsys, "inspect", "--ir", "--entry", "spread", "--bind", "N=5", str(losses))
+    status, out, _ = run(
+        capsys, "inspect", "--ir", "--entry", "spread", "--bind", "N=5", str(losses)
+    )
     assert status == 0 and out.startswith("entry spread(%0 x: f32[5]) -> (f32[])")
     status, _, err = run(capsys, "inspect", "--ir", "--bind", "N=5", str(losses))
     assert status == 1
@@ -167,7 +171,10 @@ def test_torch_without_pytorch_is_a_clear_error(
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
     status, out, err = run(capsys, "torch", *BINDS, "--bind", "B=2", str(TINY))
     assert (status, out) == (1, "")
-    assert err == "linnet: `linnet torch` needs PyTorch: install it with `pip install 'linnet-lang[torch]'`\n"
+    assert (
+        err
+        == "linnet: `linnet torch` needs PyTorch: install it with `pip install 'linnet-lang[torch]'`\n"
+    )
 
 
 PACKS = """\
@@ -182,7 +189,11 @@ pub entry total<*S: Shape, T: Float>(x: Tensor[*S, 2; T]) -> Tensor[*S; T] {
 
 @pytest.mark.parametrize(
     ("binds", "input_type"),
-    [(["S=", "T=f32"], "f32[2]"), (["S=3,4", "T=f16"], "f16[3,4,2]"), (["S=5", "T=bf16"], "bf16[5,2]")],
+    [
+        (["S=", "T=f32"], "f32[2]"),
+        (["S=3,4", "T=f16"], "f16[3,4,2]"),
+        (["S=5", "T=bf16"], "bf16[5,2]"),
+    ],
 )
 def test_pack_and_dtype_bindings(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, binds: list[str], input_type: str

@@ -117,7 +117,9 @@ def test_spec_copies_are_listed_as_valid() -> None:
     assert sorted(set(copies) - valid) == []
 
 
-@pytest.mark.skipif(not LANGUAGE_MD.is_file(), reason="the language reference is not on this machine")
+@pytest.mark.skipif(
+    not LANGUAGE_MD.is_file(), reason="the language reference is not on this machine"
+)
 def test_every_spec_block_is_copied_verbatim() -> None:
     blocks = _spec_blocks(LANGUAGE_MD.read_text(encoding="utf-8"))
     copies = sorted(_spec_copies().values())
@@ -127,7 +129,9 @@ def test_every_spec_block_is_copied_verbatim() -> None:
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*/src/**/*.linnet"))
 
 
-@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=[p.relative_to(EXAMPLES).as_posix() for p in EXAMPLE_FILES])
+@pytest.mark.parametrize(
+    "path", EXAMPLE_FILES, ids=[p.relative_to(EXAMPLES).as_posix() for p in EXAMPLE_FILES]
+)
 def test_example_checks_cleanly(path: Path) -> None:
     from linnet.pipeline import check_paths
 

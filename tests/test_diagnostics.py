@@ -193,7 +193,12 @@ def test_tabs_become_four_spaces_and_markers_follow() -> None:
     diagnostic = error("E1201", "unknown name `y`", span_of(file, "y"))
     lines = render_human([diagnostic], color=False).splitlines()
     # Column 6 counts code points; the marker sits under the expanded text.
-    assert lines[2:] == ["  --> tab.linnet:1:6", "   |", " 1 |     x    = y", "   | " + " " * 11 + "^"]
+    assert lines[2:] == [
+        "  --> tab.linnet:1:6",
+        "   |",
+        " 1 |     x    = y",
+        "   | " + " " * 11 + "^",
+    ]
 
 
 def test_control_characters_and_invalid_bytes_show_as_replacement_characters() -> None:

@@ -155,8 +155,8 @@ def test_docstring_examples() -> None:
     import doctest
 
     import linnet.pipeline
-    import linnet.plan
+    import linnet.plan.document
 
-    for module in (linnet.pipeline, linnet.plan):
+    for module in (linnet.pipeline, linnet.plan.document):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__

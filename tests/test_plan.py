@@ -27,7 +27,7 @@ from linnet.check.program import CheckedProgram
 from linnet.errors import LinnetError
 from linnet.pipeline import check_paths, check_source
 from linnet.plan import build_plan, plan_json
-from linnet.plan_values import Numbering, ValueEncoder
+from linnet.plan.values import Numbering, ValueEncoder
 
 ROOT = Path(__file__).resolve().parents[1]
 VALID = ROOT / "tests" / "conformance" / "valid"

@@ -137,9 +137,7 @@ def test_algebra_index_notation() -> None:
     np.testing.assert_allclose(
         m.call("examples.algebra::outer", [u, v], {"P": 2, "Q": 3}), np.outer(u, v)
     )
-    np.testing.assert_allclose(
-        m.call("examples.algebra::swap_axes", [b], {"P": 3, "Q": 4}), b.T
-    )
+    np.testing.assert_allclose(m.call("examples.algebra::swap_axes", [b], {"P": 3, "Q": 4}), b.T)
     scores, labels = rand(3, 4), np.array([3, 0, 2], dtype=np.int32)
     np.testing.assert_allclose(
         m.call("examples.algebra::pick", [scores, labels], {"B": 3, "V": 4}),
@@ -165,9 +163,7 @@ def test_slices_and_runtime_indices() -> None:
         m.call("examples.slices::odd_lanes", [lanes], {"Lead": (2, 3), "D": 2}), lanes[..., 1::2]
     )
     np.testing.assert_allclose(m.call("examples.slices::last", [x[0]], {"N": 6}), x[0, -1])
-    np.testing.assert_allclose(
-        m.call("examples.slices::window", [x], {"R": 2, "C": 6}), x[:, 1:3]
-    )
+    np.testing.assert_allclose(m.call("examples.slices::window", [x], {"R": 2, "C": 6}), x[:, 1:3])
     row, col, one = m.call(
         "examples.slices::row_col", [x, np.int64(1), np.int32(4)], {"R": 2, "C": 6}
     )
@@ -248,7 +244,7 @@ def test_prelude_functions() -> None:
     ints = np.array([0x1234, -5, 1 << 60], dtype=np.int64)
     masked = ints & 255
     expected = ((masked << 8) | (ints >> 56)) ^ (ints & 0xFF)
-    np.testing.assert_array_equal(m.call("examples.prelude_use::low_bits", [ints], {"N": 3}), expected)
-    np.testing.assert_allclose(
-        m.call("examples.prelude_use::scaled", [x[0]], {"N": 3}), x[0] * 3.0
+    np.testing.assert_array_equal(
+        m.call("examples.prelude_use::low_bits", [ints], {"N": 3}), expected
     )
+    np.testing.assert_allclose(m.call("examples.prelude_use::scaled", [x[0]], {"N": 3}), x[0] * 3.0)

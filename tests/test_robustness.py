@@ -25,9 +25,7 @@ from linnet.syntax.tokens import KEYWORDS, PUNCTUATION
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = sorted(
-    p
-    for p in ROOT.rglob("*.linnet")
-    if ".venv" not in p.parts and "invalid" not in p.parts
+    p for p in ROOT.rglob("*.linnet") if ".venv" not in p.parts and "invalid" not in p.parts
 )
 CORPUS_TEXTS = [p.read_bytes() for p in CORPUS]
 

@@ -67,7 +67,9 @@ def test_a_valid_case_with_errors_fails(suite: Path, tmp_path: Path) -> None:
     assert reason.startswith("expected no errors, got E1101 at invalid/syntax.linnet:4:16 (")
 
 
-def test_an_invalid_case_needs_errors_of_only_the_expected_code(suite: Path, tmp_path: Path) -> None:
+def test_an_invalid_case_needs_errors_of_only_the_expected_code(
+    suite: Path, tmp_path: Path
+) -> None:
     std = tmp_path / "std"
     assert run_case(suite, case("invalid/syntax.linnet", code="E1101"), std) is None
     reason = run_case(suite, case("invalid/syntax.linnet", code="E2103"), std)
@@ -78,7 +80,9 @@ def test_an_invalid_case_needs_errors_of_only_the_expected_code(suite: Path, tmp
 
 def test_the_first_error_location(suite: Path, tmp_path: Path) -> None:
     std = tmp_path / "std"
-    assert run_case(suite, case("invalid/syntax.linnet", code="E1101", line=4, column=16), std) is None
+    assert (
+        run_case(suite, case("invalid/syntax.linnet", code="E1101", line=4, column=16), std) is None
+    )
     assert run_case(suite, case("invalid/syntax.linnet", code="E1101", line=4), std) is None
     reason = run_case(suite, case("invalid/syntax.linnet", code="E1101", line=8, column=16), std)
     assert reason == "expected the first error at 8:16, got 4:16"
@@ -87,7 +91,10 @@ def test_the_first_error_location(suite: Path, tmp_path: Path) -> None:
 
 
 def test_missing_case_file(suite: Path, tmp_path: Path) -> None:
-    assert run_case(suite, case("invalid/nope.linnet", code="E1101"), tmp_path / "std") == "no such file"
+    assert (
+        run_case(suite, case("invalid/nope.linnet", code="E1101"), tmp_path / "std")
+        == "no such file"
+    )
 
 
 def test_snapshots_compare_byte_for_byte(suite: Path, tmp_path: Path) -> None:
@@ -114,8 +121,9 @@ def test_fixture_packages_resolve_their_imports(suite: Path, tmp_path: Path) -> 
     pkg = suite / "fixtures" / "pkg"
     write(pkg / "linnet.toml", '[package]\nname = "pkg"\nversion = "0.1.0"\nlanguage = "0.1"\n')
     write(pkg / "src" / "lib.linnet", "module pkg\n\nuse crate.missing::{x}\n")
-    reason = run_case(suite, case("fixtures/pkg/src/lib.linnet", code="E1202", line=3, column=5),
-                      tmp_path / "std")
+    reason = run_case(
+        suite, case("fixtures/pkg/src/lib.linnet", code="E1202", line=3, column=5), tmp_path / "std"
+    )
     assert reason is None
 
 
@@ -154,11 +162,17 @@ def test_a_crash_fails_only_its_case(
     [
         ("version = 2\n", "`version = 1` is required"),
         ("version = 1\ncase = 3\n", "[[case]] tables"),
-        ("version = 1\n[[case]]\nexpect = \"ok\"\n", "case 1: `file` must be a non-empty string"),
-        ('version = 1\n[[case]]\nfile = "a"\nexpect = "maybe"\n', '`expect` must be "ok" or "error"'),
+        ('version = 1\n[[case]]\nexpect = "ok"\n', "case 1: `file` must be a non-empty string"),
+        (
+            'version = 1\n[[case]]\nfile = "a"\nexpect = "maybe"\n',
+            '`expect` must be "ok" or "error"',
+        ),
         ('version = 1\n[[case]]\nfile = "a"\nexpect = "error"\n', "an error case needs `code`"),
         ('version = 1\n[[case]]\nfile = "a"\nexpect = "error"\ncode = "E9999"\n', "needs `code`"),
-        ('version = 1\n[[case]]\nfile = "a"\nexpect = "ok"\nline = 0\n', "`line` must be a positive"),
+        (
+            'version = 1\n[[case]]\nfile = "a"\nexpect = "ok"\nline = 0\n',
+            "`line` must be a positive",
+        ),
         ("version = [\n", "not valid TOML"),
     ],
 )

@@ -284,10 +284,10 @@ def test_stored_tensor_record() -> None:
 def test_docstring_examples_run() -> None:
     import doctest
 
-    import linnet.weights
-    import linnet.weights_bindings
-    import linnet.weights_safetensors
+    import linnet.weights.bind
+    import linnet.weights.bindings
+    import linnet.weights.safetensors
 
-    for module in (linnet.weights, linnet.weights_bindings, linnet.weights_safetensors):
+    for module in (linnet.weights.bind, linnet.weights.bindings, linnet.weights.safetensors):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__

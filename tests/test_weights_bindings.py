@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from linnet.errors import LinnetError
-from linnet.weights_bindings import Bindings, load_bindings
+from linnet.weights.bindings import Bindings, load_bindings
 
 
 def test_placeholders_and_identity() -> None:

@@ -14,7 +14,7 @@ import pytest
 import safetensors.numpy
 
 from linnet.errors import LinnetError
-from linnet.weights_checkpoint import INDEX_NAME, open_checkpoint
+from linnet.weights.checkpoint import INDEX_NAME, open_checkpoint
 
 
 def _shards(folder: Path, *, index: bool = True) -> dict[str, np.ndarray]:

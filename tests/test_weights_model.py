@@ -125,7 +125,9 @@ def test_mismatches_name_paths_for_the_bound_generics(model: BoundModel, tmp_pat
 def test_a_stored_scalar_binds_a_declared_single_element_tensor() -> None:
     """Linnet has no rank-0 tensors; a 0-d checkpoint tensor binds `Tensor[1; T]`."""
     specs = {"scale": TensorSpec((1,), "f32"), "bias": TensorSpec((2,), "f32")}
-    bound = bind_weights(specs, {"scale": np.float32(2.5).reshape(()), "bias": np.ones(2, np.float32)})
+    bound = bind_weights(
+        specs, {"scale": np.float32(2.5).reshape(()), "bias": np.ones(2, np.float32)}
+    )
     assert bound.arrays["scale"].shape == (1,) and float(bound.arrays["scale"][0]) == 2.5
     with pytest.raises(LinnetError, match=r"wrong shape: `bias`.*stored \[\], declared \[2\]"):
         bind_weights(specs, {"scale": np.ones(1, np.float32), "bias": np.float32(1).reshape(())})
@@ -136,5 +138,7 @@ def test_running_without_weights_names_the_paths_a_checkpoint_must_give(
 ) -> None:
     with pytest.raises(LinnetError, match=r"needs `stem\.gain`.*arrays by path\), or zeros$"):
         require_no_weights(model, ", or zeros")
-    source = "module m\npub block R {\n    pub entry f(x: f32) -> f32 {\n        return x\n    }\n}\n"
+    source = (
+        "module m\npub block R {\n    pub entry f(x: f32) -> f32 {\n        return x\n    }\n}\n"
+    )
     require_no_weights(bind(check_source(source), generics={}))  # nothing mandatory

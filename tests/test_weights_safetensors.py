@@ -20,7 +20,7 @@ import safetensors.torch
 import torch
 
 from linnet.errors import LinnetError
-from linnet.weights_safetensors import (
+from linnet.weights.safetensors import (
     MAX_HEADER_BYTES,
     SafeTensorsFile,
     read_safetensors,

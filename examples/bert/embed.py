@@ -37,7 +37,11 @@ def tokenize(folder: Path, sentences: list[str]) -> list[torch.Tensor]:
     tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
     tokenizer.enable_truncation(max_length=256)  # sentence_bert_config.json max_seq_length
     batch = tokenizer.encode_batch(sentences)
-    fields = ([e.ids for e in batch], [e.type_ids for e in batch], [e.attention_mask for e in batch])
+    fields = (
+        [e.ids for e in batch],
+        [e.type_ids for e in batch],
+        [e.attention_mask for e in batch],
+    )
     return [torch.from_numpy(np.array(f, dtype=np.int32)) for f in fields]
 
 

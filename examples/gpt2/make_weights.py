@@ -25,7 +25,14 @@ from linnet.weights import save_safetensors
 
 # The Linnet generics of `Gpt2` (src/lib.linnet); `Inner` and `MaxSeq` keep their
 # defaults `4 * H` and `Positions`.
-GENERICS: dict[str, int] = {"Batch": 1, "Vocab": 64, "Positions": 32, "H": 32, "Heads": 4, "Layers": 2}
+GENERICS: dict[str, int] = {
+    "Batch": 1,
+    "Vocab": 64,
+    "Positions": 32,
+    "H": 32,
+    "Heads": 4,
+    "Layers": 2,
+}
 
 
 def hf_config(generics: dict[str, int]) -> dict[str, object]:
@@ -66,7 +73,10 @@ def make_weights(generics: dict[str, int] = GENERICS, seed: int = 0) -> dict[str
         }
 
     def norm(name: str) -> dict[str, np.ndarray]:
-        return {f"{name}.weight": normal(h, scale=0.1, base=1.0), f"{name}.bias": normal(h, scale=0.1)}
+        return {
+            f"{name}.weight": normal(h, scale=0.1, base=1.0),
+            f"{name}.bias": normal(h, scale=0.1),
+        }
 
     out = {
         "transformer.wte.weight": normal(vocab, h, scale=0.5),

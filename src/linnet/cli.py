@@ -239,8 +239,9 @@ def _run_inspect(invocation: Invocation) -> int:
     from linnet.commands.inspect import show_ast, show_parameters, show_tokens
 
     if views[0] == "--parameters":
-        return show_parameters(path, invocation.std, "--json" in invocation.flags,
-                               _color_for(sys.stderr, invocation))
+        return show_parameters(
+            path, invocation.std, "--json" in invocation.flags, _color_for(sys.stderr, invocation)
+        )
     show = show_tokens if views[0] == "--tokens" else show_ast
     return show(path, _color_for(sys.stderr, invocation))
 

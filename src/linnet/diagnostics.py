@@ -140,7 +140,6 @@ def sort_key(diagnostic: Diagnostic) -> tuple[str, int, int]:
     return (span.file.path, span.start, span.end)
 
 
-
 # --- Human rendering (section 16.3) ---------------------------------------------------
 #
 # Layout of one diagnostic (G = gutter width, the digits of the largest line
@@ -162,7 +161,11 @@ def sort_key(diagnostic: Diagnostic) -> tuple[str, int, int]:
 _RESET = "\x1b[0m"
 _BOLD = "\x1b[1m"
 _GUTTER = "\x1b[1;34m"
-_SEVERITY_STYLE: dict[str, str] = {"error": "\x1b[1;31m", "warning": "\x1b[1;33m", "note": "\x1b[1;32m"}
+_SEVERITY_STYLE: dict[str, str] = {
+    "error": "\x1b[1;31m",
+    "warning": "\x1b[1;33m",
+    "note": "\x1b[1;32m",
+}
 
 
 def _shown_char(ch: str) -> str:
@@ -300,7 +303,9 @@ def _render_one(diagnostic: Diagnostic, paint: _Paint) -> str:
             first = group[0].span if index else span
             line, column = first.file.line_col(first.start)
             arrow = "-->" if index == 0 else ":::"
-            lines.append(paint(_GUTTER, " " * gutter + arrow) + f" {first.file.path}:{line}:{column}")
+            lines.append(
+                paint(_GUTTER, " " * gutter + arrow) + f" {first.file.path}:{line}:{column}"
+            )
             lines.append(bar)
             lines.extend(_snippet(group, gutter, paint, style))
         if diagnostic.notes or diagnostic.help:

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from linnet.ir.core import Function, TensorType
     from linnet.target import Resolved, Target
     from linnet.weights import Bindings, BoundWeights
-    from linnet.weights_checkpoint import CheckpointSource
+    from linnet.weights.checkpoint import CheckpointSource
 
 
 def check_paths(

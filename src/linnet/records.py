@@ -125,9 +125,7 @@ def _init_source(fields: list[_Field], scope: dict[str, Any]) -> str:
 def _build(cls: type, *, eq: bool, frozen: bool, kw_only: bool) -> type:
     fields, own = _collect(cls, kw_only)
     namespace = {
-        k: v
-        for k, v in vars(cls).items()
-        if k not in ("__dict__", "__weakref__") and k not in own
+        k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__") and k not in own
     }
     namespace["__slots__"] = own
     namespace["__record_fields__"] = tuple(fields)

@@ -86,9 +86,9 @@ def _read_case(path: Path, number: int, table: object) -> Case:
         raise fail('`expect` must be "ok" or "error"')
     code = table.get("code")
     if expect == "error" and (not isinstance(code, str) or code not in CODES):
-        raise fail("an error case needs `code`, a diagnostic code such as \"E2103\"")
+        raise fail('an error case needs `code`, a diagnostic code such as "E2103"')
     if code is not None and (not isinstance(code, str) or not _CODE.match(code)):
-        raise fail("`code` must be a diagnostic code such as \"E2103\"")
+        raise fail('`code` must be a diagnostic code such as "E2103"')
     line, column = table.get("line"), table.get("column")
     for key, value in (("line", line), ("column", column)):
         if value is not None and (type(value) is not int or value < 1):

@@ -72,7 +72,7 @@ def resolve(program: CheckedProgram, target: Target) -> Resolved:
         return Resolved(
             None, module, signature, entry_input_types(signature, own), frozenset(), own
         )
-    from linnet.pipeline import bind
+    from linnet.ir.bind import bind
 
     entry = _block_entry(root, target.entry)
     root_given = {k: v for k, v in target.generics.items() if k in _names(root)}

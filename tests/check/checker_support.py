@@ -53,7 +53,5 @@ def only(text: str, std_root: Path | None = None) -> Diagnostic:
 def clean(text: str, std_root: Path | None = None) -> CheckedProgram:
     """Check a program that must produce no diagnostics at all (not even warnings)."""
     program = check(text, std_root)
-    assert not program.diagnostics, [
-        (d.code, position(d), d.message) for d in program.diagnostics
-    ]
+    assert not program.diagnostics, [(d.code, position(d), d.message) for d in program.diagnostics]
     return program

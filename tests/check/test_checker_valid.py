@@ -393,11 +393,14 @@ def test_checking_speed_on_20000_lines() -> None:
 
 
 def test_side_tables_record_types_and_calls() -> None:
-    program = check(ACCEPTED["generic_matmul"] + """
+    program = check(
+        ACCEPTED["generic_matmul"]
+        + """
         pub fn use_it(a: Tensor[2, 3; f32], b: Tensor[3, 4; f32]) -> Tensor[2, 4; f32] {
             return matmul(a, b)
         }
-    """)
+    """
+    )
     assert not program.diagnostics
     calls = list(program.calls.items())
     assert len(calls) == 1

@@ -87,7 +87,10 @@ def test_std_imports_map_to_files_under_the_std_root(tmp_path: Path, std: Path) 
     }
     root = graph.modules[key(main)]
     assert not root.is_std and root.name == "main"
-    assert list(root.imports.values()) == [key(std / "nn" / "norm.linnet"), key(std / "random.linnet")]
+    assert list(root.imports.values()) == [
+        key(std / "nn" / "norm.linnet"),
+        key(std / "random.linnet"),
+    ]
     norm = graph.modules[key(std / "nn" / "norm.linnet")]
     assert norm.is_std and norm.name == "std.nn.norm"
     assert norm.source.path == str(Path("std") / "nn" / "norm.linnet")  # relative to the cwd
@@ -131,7 +134,9 @@ def test_std_modules_import_only_std(tmp_path: Path, std: Path) -> None:
 def test_crate_paths_map_into_the_nearest_package(tmp_path: Path, std: Path) -> None:
     pkg = package(tmp_path / "speech_tools", "speech_tools")
     lib = write(pkg / "src" / "lib.linnet", module("speech_tools", "crate.blocks.gate::{Gate}"))
-    gate = write(pkg / "src" / "blocks" / "gate.linnet", module("speech_tools.blocks.gate", "crate"))
+    gate = write(
+        pkg / "src" / "blocks" / "gate.linnet", module("speech_tools.blocks.gate", "crate")
+    )
     graph = load_program([lib], std)
     # `crate` alone is lib.linnet, so gate -> lib closes a cycle.
     assert codes(graph) == ["E1206"]
@@ -155,11 +160,15 @@ def test_missing_crate_module(tmp_path: Path, std: Path) -> None:
 
 def test_dependencies_resolve_relative_to_their_own_manifest(tmp_path: Path, std: Path) -> None:
     app = package(tmp_path / "app", "app", '\n[dependencies]\naudio = { path = "../libs/audio" }\n')
-    audio = package(tmp_path / "libs" / "audio", "audio", '[dependencies]\ndsp = { path = "dsp" }\n')
+    audio = package(
+        tmp_path / "libs" / "audio", "audio", '[dependencies]\ndsp = { path = "dsp" }\n'
+    )
     dsp = package(audio / "dsp", "dsp")
     lib = write(app / "src" / "lib.linnet", module("app", "audio::{a}", "audio.filters::{f}"))
     audio_lib = write(audio / "src" / "lib.linnet", module("audio", "crate.filters::{f}"))
-    filters = write(audio / "src" / "filters.linnet", module("audio.filters", "dsp.fft", "std.random"))
+    filters = write(
+        audio / "src" / "filters.linnet", module("audio.filters", "dsp.fft", "std.random")
+    )
     fft = write(dsp / "src" / "fft.linnet", module("dsp.fft"))
     graph = load_program([lib], std)
     assert codes(graph) == []
@@ -308,7 +317,9 @@ BASE = '[package]\nname = "p"\nversion = "0.1.0"\nlanguage = "0.1"\n'
         (BASE + '[dependencies]\nd = { path = "missing" }\n', "is not a directory with its own linnet.toml"),
     ],
 )  # fmt: skip
-def test_each_manifest_rule_is_e5001(tmp_path: Path, std: Path, manifest: str, problem: str) -> None:
+def test_each_manifest_rule_is_e5001(
+    tmp_path: Path, std: Path, manifest: str, problem: str
+) -> None:
     problems = manifest_errors(tmp_path, std, manifest)
     assert len(problems) == 1, problems
     assert problem in problems[0]

@@ -2,7 +2,7 @@
 
 The oracle is the NumPy reference interpreter (`linnet.ir.interp`); ONNX
 Runtime runs our exported graph, fed by graph input name (the contract of
-`linnet.onnx.export_assemble`). Integers and bools must agree bit for bit,
+`linnet.onnx.export.assemble`). Integers and bools must agree bit for bit,
 floats within the shared numeric contract (architecture.md "Backends").
 Every exported model also passes `onnx.checker` (full check, with shape
 inference) unless it uses a contrib kernel, and its text form must parse back.

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from linnet.onnx import export_model
-from linnet.onnx.importer import ImportResult, import_onnx
+from linnet.onnx.importer.api import ImportResult, import_onnx
 
 ROOT = Path(__file__).resolve().parents[2]
 STDLIB = ROOT / "stdlib"

@@ -3,7 +3,7 @@
 `while` -> `Loop` and `if` -> `If` (regions reading enclosing values, params
 and state, nested loops, a loop inside a branch) and inlined `call` bodies,
 against the NumPy interpreter; then the names, roles and metadata of the
-graph contract (`linnet.onnx.export_assemble`), with weights embedded or bound.
+graph contract (`linnet.onnx.export.assemble`), with weights embedded or bound.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Embedded weights written straight from their arrays (`linnet.onnx.export_payload`).
+"""Embedded weights written straight from their arrays (`linnet.onnx.export.payload`).
 
 The exported file is read back by onnx (`checker`, `load` with its external
 data) and run by ONNX Runtime from disk, and its results are compared with
@@ -23,7 +23,7 @@ from onnx import numpy_helper
 from linnet.ir.core import Builder, Function, TensorType
 from linnet.ir.interp import run_function
 from linnet.onnx import export_ir
-from linnet.onnx.export_payload import PAGE_ALIGN, SMALL_ALIGN
+from linnet.onnx.export.payload import PAGE_ALIGN, SMALL_ALIGN
 
 Array = np.ndarray[Any, Any]
 

@@ -16,7 +16,7 @@ from export_support import run_onnx
 
 from linnet.ir.core import Builder, Function, TensorType
 from linnet.onnx import export_ir
-from linnet.onnx.export_result import PROTOBUF_LIMIT, needs_external_data, tensor_bytes
+from linnet.onnx.export.result import PROTOBUF_LIMIT, needs_external_data, tensor_bytes
 
 
 def _embedding(rows: int, width: int) -> Function:

@@ -26,8 +26,8 @@ from linnet.errors import LinnetError
 from linnet.ir.core import Builder, Function, TensorType
 from linnet.ir.interp import run_function
 from linnet.onnx import export_ir, export_model, load_model, save_together
-from linnet.onnx import export_payload as payload_module
-from linnet.weights_safetensors import read_safetensors, save_safetensors
+from linnet.onnx.export import payload as payload_module
+from linnet.weights.safetensors import read_safetensors, save_safetensors
 
 Array = np.ndarray[Any, Any]
 SOURCE = EXAMPLE / "src" / "lib.linnet"

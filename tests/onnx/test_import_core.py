@@ -16,7 +16,7 @@ from import_support import close, imported, run_imported, run_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 from linnet.errors import LinnetError
-from linnet.onnx.importer import import_onnx
+from linnet.onnx.importer.api import import_onnx
 from linnet.weights import read_safetensors
 
 

@@ -1,4 +1,4 @@
-"""ONNX operator translators (`linnet.onnx.import_ops`), end to end against independent references.
+"""ONNX operator translators (`linnet.onnx.importer.ops`), end to end against independent references.
 
 Every test imports an ONNX model with `import_onnx`, runs the generated source
 on `linnet.torch` and compares with a reference that does not go through the
@@ -30,9 +30,9 @@ pytest.importorskip("torch")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from linnet.errors import LinnetError  # noqa: E402
-from linnet.onnx.import_graph import REGISTRY  # noqa: E402
-from linnet.onnx.import_ops import OPERATORS  # noqa: E402
-from linnet.onnx.importer import import_onnx  # noqa: E402
+from linnet.onnx.importer.api import import_onnx  # noqa: E402
+from linnet.onnx.importer.graph import REGISTRY  # noqa: E402
+from linnet.onnx.importer.ops import OPERATORS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

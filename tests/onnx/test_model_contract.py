@@ -16,10 +16,10 @@ from onnx_model_support import D, S, cache_function, cache_graph, reference_step
 
 from linnet.errors import LinnetError
 from linnet.ir.core import TensorType
-from linnet.onnx._contract import consumers, read_contract, update_mode, with_argmax
-from linnet.onnx._session import EntrySession
-from linnet.onnx._state import StateStore
-from linnet.onnx._values import Device, ortvalue
+from linnet.onnx.runtime.contract import consumers, read_contract, update_mode, with_argmax
+from linnet.onnx.runtime.session import EntrySession
+from linnet.onnx.runtime.state import StateStore
+from linnet.onnx.runtime.values import Device, ortvalue
 
 KINDS = {"w": "param", "cache": "state", "steps": "state"}
 STATE_TYPES = {"cache": TensorType((1, 1, S, D), "f32"), "steps": TensorType((1,), "i32")}

@@ -275,7 +275,7 @@ def test_input_errors_name_the_problem(mlp: linnet.onnx.OnnxModel) -> None:
 def test_docstring_examples_run() -> None:
     import doctest
 
-    import linnet.onnx.model
+    import linnet.onnx.runtime.model
 
-    failures, tried = doctest.testmod(linnet.onnx.model)
+    failures, tried = doctest.testmod(linnet.onnx.runtime.model)
     assert tried > 0 and failures == 0

@@ -1,6 +1,6 @@
 """A tiny, framework-neutral registry for testing the importer back half.
 
-The ONNX importer's real translators live in `linnet.onnx.import_ops`; these
+The ONNX importer's real translators live in `linnet.onnx.importer.ops`; these
 few (arithmetic, a matrix product, a sigmoid) let the tests drive
 `linnet.sourcegen` on hand-built graphs without any framework.
 """

@@ -346,7 +346,9 @@ def test_flat_never_breaks_and_hard_lines_force_enclosing_groups() -> None:
 
 
 def test_blank_lines_collapse_and_lines_never_end_in_whitespace() -> None:
-    d = concat("a", BLANKLINE, BLANKLINE, HARDLINE, indent(HARDLINE, "b   "), HARDLINE, "c", BLANKLINE)
+    d = concat(
+        "a", BLANKLINE, BLANKLINE, HARDLINE, indent(HARDLINE, "b   "), HARDLINE, "c", BLANKLINE
+    )
     assert render(d) == "a\n\n    b\nc\n"
 
 

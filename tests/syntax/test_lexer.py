@@ -19,7 +19,9 @@ def tokens_of(text: str) -> list[tuple[str, str]]:
 def diagnostics_of(text: str | bytes) -> list[tuple[str, str]]:
     """(code, spanned text) of every lexical diagnostic."""
     source = (
-        SourceFile.from_bytes("t.linnet", text) if isinstance(text, bytes) else SourceFile("t", text)
+        SourceFile.from_bytes("t.linnet", text)
+        if isinstance(text, bytes)
+        else SourceFile("t", text)
     )
     _, _, diagnostics = lex(source)
     return [(d.code, d.span.text if d.span else "") for d in diagnostics]
@@ -53,7 +55,9 @@ def test_integer_literals(literal: str) -> None:
     assert tokens_of(literal) == [("INT", literal)]
 
 
-@pytest.mark.parametrize("literal", ["0.0", "1.5", "2.5e-3", "1e-5", "6E4", "3.141_592", "1e+7", "0e0"])
+@pytest.mark.parametrize(
+    "literal", ["0.0", "1.5", "2.5e-3", "1e-5", "6E4", "3.141_592", "1e+7", "0e0"]
+)
 def test_float_literals(literal: str) -> None:
     assert tokens_of(literal) == [("FLOAT", literal)]
 

@@ -267,7 +267,10 @@ pub block B<H: Dim> where H > 0 {
     )
     struct, mode, empty, op, entry, block = tree.items
     assert isinstance(struct, ast.StructDecl)
-    assert [(f.name.name, sexpr(f.type)) for f in struct.fields] == [("first", "T"), ("second", "T")]
+    assert [(f.name.name, sexpr(f.type)) for f in struct.fields] == [
+        ("first", "T"),
+        ("second", "T"),
+    ]
     assert isinstance(mode, ast.EnumDecl) and mode.trailing_comma
     assert [v.name for v in mode.variants] == ["A", "B"]
     assert isinstance(empty, ast.EnumDecl) and empty.variants == ()
@@ -355,7 +358,10 @@ return (a, b)"""
         ("m.f(x)(y)", "(call (call (. m f) x) y)"),
         ("layers[2].norm.weight", "(. (. (idx layers 2) norm) weight)"),
         ("if c { a } else { b + 1 }", "(if c a (+ b 1))"),
-        ("match v { some(b) => b none => 0 X => y }", "(match v ((some b) => b) (none => 0) (X => y))"),
+        (
+            "match v { some(b) => b none => 0 X => y }",
+            "(match v ((some b) => b) (none => 0) (X => y))",
+        ),
         ("1.5e3 * 0xff", "(* 1.5e3 0xff)"),
     ],
 )
@@ -379,8 +385,10 @@ def test_expression_shapes(source: str, shape: str) -> None:
         ("x < y > (z)", "(call x<y> z)"),
         ("f(x)<T>(y)", "(> (< (call f x) T) (paren y))"),
         ("to_groups<Rows, 8 * C, 8>(x)", "(call to_groups<Rows (* 8 C) 8> x)"),
-        ("f<[B, S], Tensor[B; f32], (A, B), [L<H>; N], T?>()",
-         "(call f<[B S] Tensor[B; f32] (ttuple A B) [L<H>; N] T?>)"),
+        (
+            "f<[B, S], Tensor[B; f32], (A, B), [L<H>; N], T?>()",
+            "(call f<[B S] Tensor[B; f32] (ttuple A B) [L<H>; N] T?>)",
+        ),
         ("mask<S>()", "(call mask<S>)"),
         ("f<H / 2, (a < b),>(x)", "(call f<(/ H 2) (paren (< a b))> x)"),
     ],
@@ -401,7 +409,10 @@ def test_rule_2_generic_argument_is_type_first_then_add_expr() -> None:
 
 def test_rule_3_reduction_words() -> None:
     assert sexpr(expr("sum[i] x[i]")) == "(sum[i] (idx x i))"
-    assert sexpr(expr("sum<f32>[d, e] cast<f32>(x[d])")) == "(sum<f32>[d e] (call cast<f32> (idx x d)))"
+    assert (
+        sexpr(expr("sum<f32>[d, e] cast<f32>(x[d])"))
+        == "(sum<f32>[d e] (call cast<f32> (idx x d)))"
+    )
     assert sexpr(expr("max(a, b)")) == "(call max a b)"
     assert sexpr(expr("min<T>(a)")) == "(call min<T> a)"
     assert sexpr(expr("sum + 1")) == "(+ sum 1)"
@@ -446,7 +457,9 @@ def test_rule_8_if_and_match_are_not_operands() -> None:
     assert found[0].help and "parentheses" in found[0].help[0]
     assert errors("module m\nfn f() { let y = -match v { none => 1 } }") == [("E1101", "match")]
     assert sexpr(expr("x + (if c { a } else { b })")) == "(+ x (paren (if c a b)))"
-    assert sexpr(expr("sum[i] if c { x[i] } else { y[i] }")) == "(sum[i] (if c (idx x i) (idx y i)))"
+    assert (
+        sexpr(expr("sum[i] if c { x[i] } else { y[i] }")) == "(sum[i] (if c (idx x i) (idx y i)))"
+    )
     assert sexpr(expr("f(if c { a } else { b })")) == "(call f (if c a b))"
 
 
@@ -543,7 +556,9 @@ def test_literal_values() -> None:
     assert [getattr(v, "text", None) for v in literals[:2]] == ["1_000", "0xff"]
     huge = "9" * 5000
     value = expr(huge)
-    assert isinstance(value, ast.IntLit) and value.value == int(huge[:4000]) * 10**1000 + int(huge[4000:])
+    assert isinstance(value, ast.IntLit) and value.value == int(huge[:4000]) * 10**1000 + int(
+        huge[4000:]
+    )
 
 
 def test_spans_of_nodes() -> None:
@@ -726,7 +741,7 @@ def test_stray_closing_brace_at_top_level() -> None:
 
 
 def test_lexical_and_syntax_errors_come_together_in_order() -> None:
-    found = diagnostics("module m\nfn f() { let a = 1 @ 2\n let b = 007 }\nconst C = \"\\q\"\n")
+    found = diagnostics('module m\nfn f() { let a = 1 @ 2\n let b = 007 }\nconst C = "\\q"\n')
     assert [d.code for d in found] == ["E1001", "E1101", "E1005", "E1003"]
 
 

@@ -98,7 +98,9 @@ def adopt_literal(
                 f"a float literal cannot have dtype `{dtype}`",
                 node.span,
                 f"expected `{dtype}` here",
-                help=(f"write an integer literal, or convert explicitly with `cast<{dtype}>(...)`",),
+                help=(
+                    f"write an integer literal, or convert explicitly with `cast<{dtype}>(...)`",
+                ),
             )
             return False
         fvalue = t.value
@@ -179,13 +181,17 @@ def report_mismatch(
     notes = [f"expected {show(target)}", f"found {show(actual)}"]
     helps: list[str] = []
     chosen = code
-    if isinstance(target, (TensorType, ScalarType)) and isinstance(
-        actual, (TensorType, ScalarType)
-    ) and type(target) is type(actual):
+    if (
+        isinstance(target, (TensorType, ScalarType))
+        and isinstance(actual, (TensorType, ScalarType))
+        and type(target) is type(actual)
+    ):
         if target.dtype is not actual.dtype:
             chosen = chosen or "E2103"
             message = f"{what} has dtype `{actual.dtype}` but `{target.dtype}` is required"
-            helps.append(f"there is no implicit promotion: convert with `cast<{target.dtype}>(...)`")
+            helps.append(
+                f"there is no implicit promotion: convert with `cast<{target.dtype}>(...)`"
+            )
         else:
             assert isinstance(target, TensorType) and isinstance(actual, TensorType)
             chosen = chosen or "E2202"

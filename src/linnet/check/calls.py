@@ -319,9 +319,7 @@ def call_function(
             chk.adopted[arg] = s.apply(param.type)
     result = UNIT if fn.result is None else s.apply(fn.result)
     path = () if receiver is None else block_path(chk, receiver) or ()
-    chk.program.calls[call] = CallInfo(
-        fn, s, tuple(slots), result, receiver, receiver_type, path
-    )
+    chk.program.calls[call] = CallInfo(fn, s, tuple(slots), result, receiver, receiver_type, path)
     if chk.fn is not None and chk.fn.body_checked:
         # Calls in a signature (always E2123 there) are not call-graph edges.
         chk.fn.calls.append(CallEdge(fn, call, path))
@@ -484,9 +482,7 @@ def unify_argument(chk: BodyChecker, u: Unifier, param: LocalInfo, arg: ast.Expr
     expected = u.subst.apply(param.type)
     notes = [f"parameter `{param.name}` has type {show(expected)}", f"the argument is {show(t)}"]
     helps: list[str] = []
-    if reason == "E2101" and isinstance(expected, OptionalType) and not isinstance(
-        t, OptionalType
-    ):
+    if reason == "E2101" and isinstance(expected, OptionalType) and not isinstance(t, OptionalType):
         helps.append("wrap the value in `some(...)`")
     if t is UNIT:
         chk.ctx.error("E2101", "this call returns no value", arg.span, "used as a value here")
@@ -612,7 +608,9 @@ def unify_shape(chk: BodyChecker, u: Unifier, p: Shape, a: Shape, node: ast.Expr
     return all(unify_item(chk, u, x, y, node) for x, y in zip(items, a, strict=True))
 
 
-def unify_item(chk: BodyChecker, u: Unifier, p: Dim | Symbol, a: Dim | Symbol, node: ast.Expr) -> bool:
+def unify_item(
+    chk: BodyChecker, u: Unifier, p: Dim | Symbol, a: Dim | Symbol, node: ast.Expr
+) -> bool:
     if type(p) is Symbol or type(a) is Symbol:
         return p is a
     assert isinstance(p, Dim) and isinstance(a, Dim)
@@ -632,4 +630,3 @@ def unify_item(chk: BodyChecker, u: Unifier, p: Dim | Symbol, a: Dim | Symbol, n
         return True
     want = s.dim(p)
     return want == a or chk.facts.prove(want, "==", a)
-

@@ -45,9 +45,7 @@ def evaluate(chk: BodyChecker, e: ast.Expr) -> ConstValue | None:
         )
         return None
     except (ZeroDivisionError, OverflowError, ValueError):
-        chk.ctx.error(
-            "E2123", "this constant cannot be evaluated", e.span, "evaluation fails here"
-        )
+        chk.ctx.error("E2123", "this constant cannot be evaluated", e.span, "evaluation fails here")
         return None
 
 

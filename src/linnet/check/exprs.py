@@ -330,7 +330,9 @@ class BodyChecker:
                 f"the parameter `{name}` is a runtime value, not a compile-time dimension",
                 e.span,
                 "runtime value",
-                notes=("`where` relates dimensions: literals, `Dim` generics and integer constants",),
+                notes=(
+                    "`where` relates dimensions: literals, `Dim` generics and integer constants",
+                ),
             )
         elif name in PRELUDE_FUNCTIONS:
             self.ctx.error(
@@ -341,9 +343,7 @@ class BodyChecker:
                 notes=(f"`{name}` is a prelude function; call it: `{name}(...)`",),
             )
         elif name in PRELUDE_NAMES:
-            self.ctx.error(
-                "E1208", f"`{name}` is a type, not a value", e.span, "not a value"
-            )
+            self.ctx.error("E1208", f"`{name}` is a type, not a value", e.span, "not a value")
         else:
             self.ctx.error(
                 "E1201",
@@ -377,9 +377,7 @@ class BodyChecker:
             signatures.ensure_const(self.ctx, decl, e)
             return decl.type if decl.type is not None else ERROR
         if isinstance(decl, FnInfo):
-            return self.not_value(
-                e, f"`{decl.name}` is a function and must be called", decl.ident
-            )
+            return self.not_value(e, f"`{decl.name}` is a function and must be called", decl.ident)
         if isinstance(decl, ModuleInfo):
             return self.not_value(e, f"`{decl.name}` is a module, not a value", None)
         if isinstance(decl, (BlockInfo, StructInfo, AliasInfo, EnumInfo)):

@@ -163,8 +163,10 @@ def _poison(chk: BodyChecker, comps: tuple[ast.Component, ...]) -> None:
     index_vars = chk.index_vars
     assert index_vars is not None
     for c in comps:
-        name = c.name.name if isinstance(c, ast.PackIndex) else (
-            c.ident.name if isinstance(c, ast.Name) else None
+        name = (
+            c.name.name
+            if isinstance(c, ast.PackIndex)
+            else (c.ident.name if isinstance(c, ast.Name) else None)
         )
         var = index_vars.get(name) if name is not None else None
         if var is not None and var.domain is None:
@@ -649,9 +651,7 @@ def _bound(chk: BodyChecker, node: ast.Expr) -> Dim | None:
     if isinstance(t, CtIntType):
         d = t.value
         value = d.as_int()
-        if (value is not None and value >= 0) or (
-            value is None and chk.facts.prove(d, ">=", ZERO)
-        ):
+        if (value is not None and value >= 0) or (value is None and chk.facts.prove(d, ">=", ZERO)):
             return d
         chk.ctx.error(
             "E2209",

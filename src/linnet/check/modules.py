@@ -247,7 +247,9 @@ class _Loader:
         if head == "std":
             return self._resolve_std(segments, span, dotted)
         if is_std:
-            return self._unknown(span, dotted, "a standard-library module can import only `std` modules")
+            return self._unknown(
+                span, dotted, "a standard-library module can import only `std` modules"
+            )
         package = None if _is_pseudo(key) else self._package_of(Path(key).parent)
         if package is None:
             return self._unknown(
@@ -267,7 +269,7 @@ class _Loader:
                 dotted,
                 f"`{head}` is not `crate`, `std` or a dependency in "
                 f"`{self._shown(package.manifest)}`",
-                help_text=f"add `{head} = {{ path = \"...\" }}` under [dependencies]",
+                help_text=f'add `{head} = {{ path = "..." }}` under [dependencies]',
             )
         dependency = self._package_at(target_root)
         return self._existing(dependency.source_dir, segments[1:], span, dotted)
@@ -291,7 +293,9 @@ class _Loader:
         else:
             file = base / ("lib" + SOURCE_SUFFIX)
         if not file.is_file():
-            return self._unknown(span, dotted, f"no file `{self._shown(file)}`", label="no such file")
+            return self._unknown(
+                span, dotted, f"no file `{self._shown(file)}`", label="no such file"
+            )
         return _key_of(file)
 
     def _unknown(

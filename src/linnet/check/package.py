@@ -114,7 +114,9 @@ def _check_package_table(data: dict[str, object], problems: list[str]) -> str | 
     return name
 
 
-def _check_dependencies(data: dict[str, object], root: Path, problems: list[str]) -> dict[str, Path]:
+def _check_dependencies(
+    data: dict[str, object], root: Path, problems: list[str]
+) -> dict[str, Path]:
     """`[dependencies]`: identifier keys (not std/crate), each exactly `{ path = "<dir>" }`."""
     table = data.get("dependencies")
     if table is None:

@@ -87,7 +87,14 @@ class PreludeCall:
         self.args: list[ast.Expr] = []
         self.dtype: DType | None = None
 
-    def error(self, code: str, message: str, node: ast.Expr | ast.Call | ast.Arg, label: str = "", **kw: tuple[str, ...]) -> Type:
+    def error(
+        self,
+        code: str,
+        message: str,
+        node: ast.Expr | ast.Call | ast.Arg,
+        label: str = "",
+        **kw: tuple[str, ...],
+    ) -> Type:
         self.chk.ctx.error(code, message, node.span, label, **kw)  # type: ignore[arg-type]
         return ERROR
 
@@ -618,7 +625,8 @@ def _concat(pc: PreludeCall, axis_arg: ast.Arg | None, out_axis: list[int | None
     facts = chk.facts
     for node, t in zip(pc.args[1:], tensors[1:], strict=True):
         if len(t.shape) != n or any(
-            (type(a) is Symbol) != (type(b) is Symbol) for a, b in zip(t.shape, first.shape, strict=True)
+            (type(a) is Symbol) != (type(b) is Symbol)
+            for a, b in zip(t.shape, first.shape, strict=True)
         ):
             return _concat_mismatch(pc, node, first, t, "the operands have different ranks")
         for i, (a, b) in enumerate(zip(first.shape, t.shape, strict=True)):

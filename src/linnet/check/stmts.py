@@ -130,9 +130,7 @@ def check_assign(chk: BodyChecker, s: ast.AssignStmt) -> None:
         and (value.value == target.value or chk.facts.prove(value.value, "==", target.value))
     ):
         return
-    assignability.coerce(
-        chk, s.value, value, target, f"the new value of `{name}`", code="E2109"
-    )
+    assignability.coerce(chk, s.value, value, target, f"the new value of `{name}`", code="E2109")
 
 
 def _cannot_assign(chk: BodyChecker, s: ast.AssignStmt, decl: object) -> None:
@@ -227,9 +225,11 @@ def check_static_for(chk: BodyChecker, s: ast.StaticForStmt) -> None:
             )
         bind_pattern(chk, s.pattern, elem, "for", block_path=path if path else None)
         if isinstance(t, ArrayType) and isinstance(elem, BlockType):
-            var = chk.program.bindings.get(s.pattern.name) if isinstance(
-                s.pattern, ast.NamePattern
-            ) else None
+            var = (
+                chk.program.bindings.get(s.pattern.name)
+                if isinstance(s.pattern, ast.NamePattern)
+                else None
+            )
             info = StaticForInfo("array", var, length=t.length, array_path=path[:-1])
     chk.loop_depth += 1
     check_stmts(chk, s.body.stmts)

@@ -71,9 +71,7 @@ def resolve_type(chk: BodyChecker, node: ast.Type, *, in_sub: bool = False) -> T
         if isinstance(inner, ErrorType):
             return ERROR
         if isinstance(inner, ArrayType):
-            chk.ctx.error(
-                "E4101", "a `sub` array cannot be optional", node.span, "optional array"
-            )
+            chk.ctx.error("E4101", "a `sub` array cannot be optional", node.span, "optional array")
             return ERROR
         return OptionalType(inner)
     if isinstance(node, ast.TupleType):
@@ -413,7 +411,9 @@ def dim_argument(chk: BodyChecker, g: GenericInfo, arg: ast.GenArg) -> Dim | Non
                     f"`{name}` is not a compile-time dimension",
                     arg.span,
                     "not a dimension",
-                    notes=("dimensions use integer literals, `Dim` generics and integer constants",),
+                    notes=(
+                        "dimensions use integer literals, `Dim` generics and integer constants",
+                    ),
                 )
                 return None
         chk.ctx.error(
@@ -446,7 +446,9 @@ def _is_expr(arg: ast.GenArg) -> bool:
     )
 
 
-def shape_argument(chk: BodyChecker, g: GenericInfo, arg: ast.GenArg) -> tuple[ShapeItem, ...] | None:
+def shape_argument(
+    chk: BodyChecker, g: GenericInfo, arg: ast.GenArg
+) -> tuple[ShapeItem, ...] | None:
     """A shape literal or a pack name (5.6 step 1)."""
     if isinstance(arg, ast.ShapeLit):
         t = chk.expr(arg)
@@ -551,4 +553,3 @@ def prove_block_where(chk: BodyChecker, block: BlockInfo, subst: Subst, node: as
         )
         ok = False
     return ok
-

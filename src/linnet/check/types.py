@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 # ---------------------------------------------------------------- dtypes
 
+
 class ScalarDType:
     """A concrete dtype (`f32`, `i8`, `bool`); one object per name."""
 
@@ -66,7 +67,21 @@ _FLOAT_MAX: Final = {
 
 SCALAR_DTYPES: Final[dict[str, ScalarDType]] = {
     name: ScalarDType(name)
-    for name in ["bool", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32", "f64"]
+    for name in [
+        "bool",
+        "i8",
+        "i16",
+        "i32",
+        "i64",
+        "u8",
+        "u16",
+        "u32",
+        "u64",
+        "f16",
+        "bf16",
+        "f32",
+        "f64",
+    ]
 }
 BOOL: Final = SCALAR_DTYPES["bool"]
 I64: Final = SCALAR_DTYPES["i64"]
@@ -511,4 +526,3 @@ def shape_numel(items: Iterable[ShapeItem]) -> Dim:
             assert isinstance(item, Dim)
             total = total * item
     return total
-

@@ -3,7 +3,7 @@
 The file is checked first (a program with errors prints its diagnostics and
 exits 1), then compiled with every generic bound (`linnet.pipeline.compile_entry`,
 as `inspect --ir` does) and exported without weights: params are graph
-inputs `param<N>`, bound by name at run time (`linnet.onnx.export_assemble`
+inputs `param<N>`, bound by name at run time (`linnet.onnx.export.assemble`
 has the graph contract). The text is what `onnx.parser.parse_model` reads.
 `--output FILE` writes the binary model instead; `--provider` chooses the
 ONNX Runtime provider the dtype choices are made for, `--fused` allows
@@ -36,7 +36,7 @@ def show_onnx(
     from linnet.pipeline import check_paths, compile_entry
 
     try:
-        from linnet.onnx.export_assemble import export_ir
+        from linnet.onnx.export.assemble import export_ir
     except ImportError:
         raise LinnetError(
             "`linnet onnx` needs the onnx package: install it with `pip install 'linnet-lang[onnx]'`"

@@ -18,8 +18,9 @@ Numeric choices (each one the contract backends are tested against):
   the values the constant folder of 10.3 produces for in-range dtypes.
 - Casts (language.md 10.3): float -> int truncates toward zero (out of range
   and NaN are undefined), int -> int wraps, bool -> 0/1, number -> bool is
-  `!= 0`, float -> float rounds to nearest even (bf16 via ml_dtypes). NOTE: f64
-  and integer values convert to bf16 through f32, as ml_dtypes and PyTorch do;
+  `!= 0`, float -> float rounds to nearest even (into bf16 by `ir.convert`, our
+  own rounding, never a library's). NOTE: f64 and integer values convert to
+  bf16 through f32, as PyTorch does;
   that double rounding can differ from one direct rounding by one bf16 ulp on
   near-ties, within the bf16 tolerance of the numeric contract.
 - f16 and bf16 arithmetic computes in f32 and rounds once per op; the float
@@ -43,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from linnet.errors import InternalError, LinnetError
+from linnet.ir.convert import convert
 from linnet.ir.core import FLOAT_DTYPES, SIGNED_DTYPES, Op, TensorType, dtype_bits, numpy_dtype
 from linnet.ir.ops import FLOAT_UNARY
 
@@ -62,7 +64,7 @@ def finish(op: Op, value: object) -> Array:
     array = np.asarray(value)
     target = numpy_dtype(t.dtype)
     if array.dtype != target:
-        array = array.astype(target)
+        array = convert(array, target)
     if array.shape != t.shape:
         raise InternalError(f"kernel {op.kind} produced shape {array.shape}, expected {t}")
     return array
@@ -100,9 +102,7 @@ def kernel_cast(op: Op, args: Sequence[Array]) -> Array:
         if target in SIGNED_DTYPES or dtype_bits(target) < 64:
             return finish(op, truncated.astype(np.int64).astype(numpy_dtype(target)))
         return finish(op, truncated.astype(np.uint64))
-    if source == "bf16" and target not in FLOAT_DTYPES:
-        x = x.astype(np.float32)  # ml_dtypes converts bf16 to bool/ints through f32
-    return finish(op, x.astype(numpy_dtype(target)))
+    return finish(op, convert(x, numpy_dtype(target)))
 
 
 # -- elementwise ------------------------------------------------------------------------------

@@ -15,27 +15,29 @@ imports onnx (onnxruntime only when a session is made).
 - `model_to_text` / `model_from_text`: the ONNX text form (`linnet onnx`).
 - `check_provider(model, provider)`: the clear error for a bf16 model on
   the CPU provider.
-- `load_model` / `OnnxModel` (the runtime, `linnet.onnx.model`): sessions
+- `load_model` / `OnnxModel` (the runtime, `linnet.onnx.runtime.model`): sessions
   per entry and shapes, weights as OrtValues, state kept on the device.
-- `import_onnx(model, output=...)` -> `ImportResult` (`linnet.onnx.importer`):
+- `import_onnx(model, output=...)` -> `ImportResult` (`linnet.onnx.importer.api`):
   an ONNX graph back to checked, formatted Linnet source and SafeTensors.
   A model it cannot map raises `UnmappedOperatorsError` (`.refusals`: each
   node's name, domain, operator and reason) or, for anything else Linnet
   cannot express, its base `ImportRefusedError`.
 
-The graph contract (names, metadata) is in `linnet.onnx.export_assemble`;
-which dtype runs where in `linnet.onnx.export_dtypes`.
+Three rooms, as every backend has them: `export/` (Core IR -> ModelProto, text,
+files; the graph contract, names and metadata, in `export.assemble`; which dtype
+runs where in `export.dtypes`), `runtime/` (ONNX Runtime sessions) and
+`importer/` (ONNX -> Linnet source, on the shared back half in `linnet.sourcegen`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from linnet.onnx.export import export_function, export_model
-from linnet.onnx.export_assemble import export_ir
-from linnet.onnx.export_result import ExportedModel, GraphIO, save_together
-from linnet.onnx.export_runtime import check_provider
-from linnet.onnx.text import model_from_text, model_to_text
+from linnet.onnx.export.api import export_function, export_model
+from linnet.onnx.export.assemble import export_ir
+from linnet.onnx.export.provider import check_provider
+from linnet.onnx.export.result import ExportedModel, GraphIO, save_together
+from linnet.onnx.export.text import model_from_text, model_to_text
 
 _RUNTIME = ("OnnxModel", "load_model")
 _IMPORTER = ("ImportResult", "import_onnx")
@@ -45,13 +47,13 @@ _REFUSALS = ("ImportRefusedError", "UnmappedOperatorsError")
 def __getattr__(name: str) -> Any:
     # The runtime and the importer live in their own modules; imported on first use.
     if name in _RUNTIME:
-        from linnet.onnx import model
+        from linnet.onnx.runtime import model
 
         return getattr(model, name)
     if name in _IMPORTER:
-        from linnet.onnx import importer
+        from linnet.onnx.importer import api
 
-        return getattr(importer, name)
+        return getattr(api, name)
     if name in _REFUSALS:
         from linnet.sourcegen import refusals
 

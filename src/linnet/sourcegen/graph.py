@@ -1,7 +1,7 @@
 """The importer graph: a framework-neutral dataflow graph that importers fill in.
 
 Stage: the first stage of every importer (architecture.md "Importers"). An
-importer (ONNX's `linnet.onnx.import_graph`, later torch.export and jaxpr)
+importer (ONNX's `linnet.onnx.importer.graph`, later torch.export and jaxpr)
 reads its framework's model into a `Graph`; pattern recovery
 (`linnet.sourcegen.patterns`) rewrites it; translation
 (`linnet.sourcegen.translate`) turns it into a Linnet syntax tree.

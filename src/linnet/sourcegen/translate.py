@@ -8,9 +8,9 @@ members), the standard-library items it calls, the `where` facts its shapes
 rely on, and notes. Nothing is executed: constants are folded with NumPy only
 where an operator's meaning is plain arithmetic on known arrays.
 
-The translator interface (what `linnet.onnx.import_ops` builds on):
+The translator interface (what `linnet.onnx.importer.ops` builds on):
 
-    from linnet.onnx.import_graph import translator
+    from linnet.onnx.importer.graph import translator
 
     @translator("Relu")
     def relu(ctx: Context) -> None:

@@ -27,7 +27,7 @@ import numpy as np
 from linnet.atomic import atomic_write
 from linnet.errors import LinnetError
 from linnet.records import record
-from linnet.weights_safetensors import LINNET_TO_ST
+from linnet.weights.safetensors import LINNET_TO_ST
 
 _ALIGN = 4096
 _CHUNK = 1 << 26

@@ -105,7 +105,6 @@ class OptionalType:
 Type = NamedType | TensorType | TupleType | ArrayType | OptionalType
 
 
-
 # ---------------------------------------------------------------- expressions
 
 

@@ -245,7 +245,12 @@ class _FilePrinter(ExprPrinter):
     def _member_decl(self, m: ast.MemberDecl) -> DocLike:
         """`param w: T`, `param b: T? = none`, `sub c: Block<H>`."""
         parts: list[DocLike] = [
-            self.tok(m.kind), " ", self.ident(m.name), self.tok(":"), " ", self.type(m.type)
+            self.tok(m.kind),
+            " ",
+            self.ident(m.name),
+            self.tok(":"),
+            " ",
+            self.type(m.type),
         ]
         if m.default is not None:
             parts.extend((" ", self.tok("="), " ", self.expr(m.default)))
@@ -253,7 +258,11 @@ class _FilePrinter(ExprPrinter):
 
     def _struct(self, s: ast.StructDecl) -> DocLike:
         head = concat(
-            self._pub(s.pub), self.tok("struct"), " ", self.ident(s.name), self._generics(s.generics)
+            self._pub(s.pub),
+            self.tok("struct"),
+            " ",
+            self.ident(s.name),
+            self._generics(s.generics),
         )
         return concat(head, " ", self.braced(s.fields, self._field, _keep_blank))
 

@@ -322,7 +322,9 @@ class ExprPrinter:
         return self.bracketed("(", ")", e.elems, self.expr, expanded=e.trailing_comma)
 
     def _some(self, e: ast.SomeExpr) -> DocLike:
-        return concat(self.tok("some"), self.bracketed("(", ")", (e.value,), self.expr, comma="none"))
+        return concat(
+            self.tok("some"), self.bracketed("(", ")", (e.value,), self.expr, comma="none")
+        )
 
     def _shape(self, e: ast.ShapeLit) -> DocLike:
         return self.bracketed("[", "]", e.elems, self.expr, expanded=e.trailing_comma)

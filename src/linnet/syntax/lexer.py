@@ -72,7 +72,7 @@ _FLOAT_OK = re.compile(
 )
 
 STRING_HELP = (
-    "supported escapes are `\\n \\r \\t \\0 \\\\ \\\"` and `\\u{...}` "
+    'supported escapes are `\\n \\r \\t \\0 \\\\ \\"` and `\\u{...}` '
     "(1-6 hex digits naming a Unicode scalar value)"
 )
 
@@ -130,7 +130,9 @@ def scan(source: SourceFile) -> Scan:
         elif group == 2:  # line comment
             start = m.start(2)
             _check_utf8(source, start, end, diags)
-            comments.append(Comment(text[start:end], Span(source, start, end), _own_line(text, start)))
+            comments.append(
+                Comment(text[start:end], Span(source, start, end), _own_line(text, start))
+            )
         elif group == 6:  # string
             start = m.start(6)
             literal = m.group(6)
@@ -145,7 +147,9 @@ def scan(source: SourceFile) -> Scan:
             start = m.start(3)
             end = _block_comment_end(source, start, diags)
             _check_utf8(source, start, end, diags)
-            comments.append(Comment(text[start:end], Span(source, start, end), _own_line(text, start)))
+            comments.append(
+                Comment(text[start:end], Span(source, start, end), _own_line(text, start))
+            )
         elif group == 7:  # unterminated string
             start = m.start(7)
             literal = m.group(7)
@@ -255,7 +259,9 @@ def _invalid_characters(span: Span) -> Diagnostic:
         message = "invalid UTF-8"
     else:
         message = f"invalid character{'s' if len(chars) > 1 else ''} `{shown}`"
-    label = "these bytes are not valid UTF-8" if message == "invalid UTF-8" else "cannot start a token"
+    label = (
+        "these bytes are not valid UTF-8" if message == "invalid UTF-8" else "cannot start a token"
+    )
     return error("E1001", message, span, label, notes=tuple(notes))
 
 

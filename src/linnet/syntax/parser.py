@@ -103,7 +103,9 @@ def dump_ast(tree: ast.File) -> str:
         lines.append(f"{'  ' * indent}{head}{text}{where}")
         stack.extend((child, indent + 1, name) for child, name in reversed(children))
     for comment in tree.comments:
-        lines.append(f"comment @{_position(comment.span)} own_line={comment.own_line} {comment.text!r}")
+        lines.append(
+            f"comment @{_position(comment.span)} own_line={comment.own_line} {comment.text!r}"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -21,7 +21,9 @@ from linnet.syntax.parser_base import (
 from linnet.syntax.parser_expr import COMPARISONS, ExprParser
 from linnet.syntax.tokens import KIND_NAMES
 
-_EXPRESSION_STARTS = frozenset({"(", "[", "!", "-", "+", "true", "false", "none", "some", "if", "match"})
+_EXPRESSION_STARTS = frozenset(
+    {"(", "[", "!", "-", "+", "true", "false", "none", "some", "if", "match"}
+)
 _FN_KINDS = frozenset({"fn", "op", "entry"})
 _KIND_HELP = "valid kinds are `Dim`, `Shape`, `DType`, `Numeric`, `Integer`, `Float`"
 _WHERE_NOTE = "each `where` entry compares two dimensions, e.g. `H % N == 0` or `N > 0`"
@@ -59,7 +61,9 @@ class DeclParser(ExprParser):
             self.ensure_progress(start)
         end = len(self.file.text)
         comments = tuple(self.comments)
-        return ast.File(module, module_span, tuple(uses), tuple(items), comments, Span(self.file, 0, end))
+        return ast.File(
+            module, module_span, tuple(uses), tuple(items), comments, Span(self.file, 0, end)
+        )
 
     def _missing_module(self) -> None:
         pos = self.pos
@@ -158,7 +162,9 @@ class DeclParser(ExprParser):
                 items, trailing = self.use_list()
             else:
                 items = (self.single_import(),)
-        decl = ast.UseDecl(tuple(path), items, braced, trailing, Span(self.file, start, self.prev_end()))
+        decl = ast.UseDecl(
+            tuple(path), items, braced, trailing, Span(self.file, start, self.prev_end())
+        )
         return decl if keep else None
 
     def single_import(self) -> ast.Imported:
@@ -279,7 +285,11 @@ class DeclParser(ExprParser):
             self.expect(":")
             field_type = self.root_type()
             fields.append(
-                ast.Field(field_name, field_type, Span(self.file, field_name.span.start, field_type.span.end))
+                ast.Field(
+                    field_name,
+                    field_type,
+                    Span(self.file, field_name.span.start, field_type.span.end),
+                )
             )
         end = self.expect("}")
         return ast.StructDecl(pub, name, generics, tuple(fields), Span(self.file, start, end))
@@ -304,7 +314,9 @@ class DeclParser(ExprParser):
             else:
                 raise self.expected("`,` or `}`")
         end = self.expect("}")
-        return ast.EnumDecl(pub, name, generics, tuple(variants), trailing, Span(self.file, start, end))
+        return ast.EnumDecl(
+            pub, name, generics, tuple(variants), trailing, Span(self.file, start, end)
+        )
 
     def variant_payload(self) -> None:
         """E1103 for `A(i32)`; the parenthesised payload is skipped."""
@@ -346,7 +358,15 @@ class DeclParser(ExprParser):
         where = self.where() if self.texts[self.pos] == "where" else None
         body = self.body()
         return ast.FnDecl(
-            pub, kind, name, generics, params, result, where, body, Span(self.file, start, body.span.end)
+            pub,
+            kind,
+            name,
+            generics,
+            params,
+            result,
+            where,
+            body,
+            Span(self.file, start, body.span.end),
         )
 
     def block_decl(self, pub: bool, start: int) -> ast.BlockDecl:
@@ -376,12 +396,16 @@ class DeclParser(ExprParser):
         self.depth -= 1
         end = self.expect_closing_brace(open_index)
         body_span = Span(self.file, self.starts[open_index], end)
-        return ast.BlockDecl(pub, name, generics, where, tuple(parts), body_span, Span(self.file, start, end))
+        return ast.BlockDecl(
+            pub, name, generics, where, tuple(parts), body_span, Span(self.file, start, end)
+        )
 
     def block_part(self) -> ast.MemberDecl | ast.Item:
         """BlockPart ::= Member | Item"""
         text = self.texts[self.pos]
-        if text in MEMBER_KEYWORDS or (text == "pub" and self.texts[self.pos + 1] in MEMBER_KEYWORDS):
+        if text in MEMBER_KEYWORDS or (
+            text == "pub" and self.texts[self.pos + 1] in MEMBER_KEYWORDS
+        ):
             return self.member_part()
         if text == "use":
             self.report(
@@ -593,7 +617,11 @@ class DeclParser(ExprParser):
             f"expected `}}`, found {self.describe(self.pos)}",
             self.token_span(self.pos),
             "expected `}`",
-            notes=("the `{{` at {}:{} is not closed".format(*self.file.line_col(self.starts[open_index])),),
+            notes=(
+                "the `{{` at {}:{} is not closed".format(
+                    *self.file.line_col(self.starts[open_index])
+                ),
+            ),
         )
         return max(self.prev_end(), self.ends[open_index])
 
@@ -661,7 +689,9 @@ class DeclParser(ExprParser):
         self.expect("]")
         self.expect("=")
         value = self.root_expr()
-        return ast.ComprehensionStmt(name, tuple(indices), value, Span(self.file, start, value.span.end))
+        return ast.ComprehensionStmt(
+            name, tuple(indices), value, Span(self.file, start, value.span.end)
+        )
 
     def out_index(self) -> ast.OutIndex:
         """OutIdx ::= '*'? IDENT"""
@@ -711,7 +741,9 @@ class DeclParser(ExprParser):
             self.pos += 1
             stop = self.root_expr()
         body = self.body()
-        return ast.StaticForStmt(pattern, iterable, stop, body, Span(self.file, start, body.span.end))
+        return ast.StaticForStmt(
+            pattern, iterable, stop, body, Span(self.file, start, body.span.end)
+        )
 
     def while_stmt(self) -> ast.WhileStmt:
         """WhileStmt ::= 'while' Expr Body"""
@@ -728,4 +760,3 @@ _LITERAL_OR_NAME = frozenset({"IDENT", "RESERVED", "INT", "FLOAT", "STRING"})
 def _clip(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= 40 else text[:37] + "..."
-

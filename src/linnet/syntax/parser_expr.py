@@ -632,9 +632,7 @@ class ExprParser(ParserBase):
         then = self.expr()
         self.expect("}")
         if self.texts[self.pos] != "else":
-            raise self.expected(
-                "`else`", notes=("an `if` expression needs both branches",)
-            )
+            raise self.expected("`else`", notes=("an `if` expression needs both branches",))
         self.pos += 1
         otherwise: ast.Expr
         if self.texts[self.pos] == "if":

@@ -177,7 +177,6 @@ def gelu_erf(x: torch.Tensor) -> torch.Tensor:
     return (0.5 * xf * tail).to(x.dtype)
 
 
-
 # -- attention ---------------------------------------------------------------------------
 
 

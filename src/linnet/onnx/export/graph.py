@@ -1,0 +1,271 @@
+"""The graph under construction: ONNX nodes, names for IR values, constants, subgraphs.
+
+Stage: the exporter's working state (IR -> ModelProto). The lowering rules
+(`elementwise`, `shapes`, `reduce`, `control`)
+receive an `Emitter` and one IR `Op`; they read the ONNX names of the
+operands, append nodes, and return one name per result. The invariant every
+rule keeps: the ONNX value behind an IR value has exactly the IR value's
+dtype and shape; wider compute dtypes (`dtypes`) live only inside a rule.
+
+Names are unique across the whole model (`t0, t1, ...`), so a Loop or If
+body may read any value of an enclosing graph by its name, as ONNX allows.
+Constants are deduplicated per graph scope (a constant made inside a body is
+not visible to its parent or siblings, so each scope keeps its own cache and
+looks outward first).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from linnet.errors import InternalError
+from linnet.ir.core import Op, Region, TensorType, Value, numpy_dtype
+from linnet.onnx.export.dtypes import ONNX_TYPES, check_provider_name
+
+Rule = Callable[["Emitter", Op], Sequence[str]]
+"""A lowering rule: one IR op to ONNX nodes; returns the names of its results."""
+
+
+def onnx_type(dtype: str) -> int:
+    """The `TensorProto` element type of an IR dtype."""
+    return ONNX_TYPES[dtype]
+
+
+def value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:
+    """A graph input/output declaration with the static shape of `t`."""
+    return helper.make_tensor_value_info(name, onnx_type(t.dtype), list(t.shape))
+
+
+def contiguous(value: object, dtype: str) -> np.ndarray[Any, Any]:
+    """`value` as a C-contiguous array of `dtype`, keeping rank 0 (`ascontiguousarray` would not)."""
+    array = np.asarray(value, dtype=numpy_dtype(dtype))
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def little_endian(array: object, dtype: str) -> np.ndarray[Any, Any]:
+    """`array` as a C-contiguous little-endian array of `dtype`: ONNX's raw byte layout.
+
+    No copy when `array` already is one (a memory-mapped checkpoint tensor stays mapped).
+    """
+    value = contiguous(array, dtype)
+    if value.dtype.byteorder == ">" or (value.dtype.byteorder == "=" and sys.byteorder == "big"):
+        value = value.byteswap().view(value.dtype.newbyteorder("<"))
+    return value
+
+
+def describe_tensor(
+    tensor: onnx.TensorProto, name: str, value: np.ndarray[Any, Any], dtype: str
+) -> None:
+    """Name, element type and dims of `tensor`, without its data."""
+    tensor.name = name
+    tensor.data_type = onnx_type(dtype)
+    tensor.dims.extend(value.shape)
+
+
+def fill_tensor(
+    tensor: onnx.TensorProto, name: str, array: np.ndarray[Any, Any], dtype: str
+) -> None:
+    """Store `array` as `dtype` in `tensor`: raw little-endian bytes (bf16 as its 16-bit pattern)."""
+    value = little_endian(array, dtype)
+    describe_tensor(tensor, name, value, dtype)
+    tensor.raw_data = value.tobytes()  # protobuf takes only `bytes`: one copy, unavoidable
+
+
+def tensor_proto(array: np.ndarray[Any, Any], dtype: str, name: str = "") -> onnx.TensorProto:
+    """`array` stored as `dtype` in a new `TensorProto`."""
+    tensor = onnx.TensorProto()
+    fill_tensor(tensor, name, array, dtype)
+    return tensor
+
+
+class Scope:
+    """One graph being filled: its nodes, the names of IR values it defines, its constants."""
+
+    def __init__(self, parent: Scope | None) -> None:
+        self.parent = parent
+        self.nodes: list[onnx.NodeProto] = []
+        self.names: dict[Value, str] = {}
+        self.constants: dict[tuple[str, tuple[int, ...], bytes], str] = {}
+
+    def lookup(self, value: Value) -> str | None:
+        scope: Scope | None = self
+        while scope is not None:
+            found = scope.names.get(value)
+            if found is not None:
+                return found
+            scope = scope.parent
+        return None
+
+    def constant(self, key: tuple[str, tuple[int, ...], bytes]) -> str | None:
+        scope: Scope | None = self
+        while scope is not None:
+            found = scope.constants.get(key)
+            if found is not None:
+                return found
+            scope = scope.parent
+        return None
+
+
+class Emitter:
+    """Builds ONNX nodes for IR ops (see the module docstring).
+
+    `provider` picks per-provider choices (`dtypes`, fused kernels);
+    `natives` lets `call` ops of known standard-library ops become standard
+    ONNX operators (`Softmax`, `Sigmoid`), `fused` ONNX Runtime's contrib
+    kernels (`fused`); `sources` maps `(kind, path)` of each `param`,
+    `buffer` and `state` read to its graph input or initializer name.
+    """
+
+    def __init__(
+        self,
+        rules: Mapping[str, Rule],
+        *,
+        provider: str = "cpu",
+        fused: bool = False,
+        natives: bool = True,
+        sources: Mapping[tuple[str, str], str] | None = None,
+    ) -> None:
+        self.rules = rules
+        self.provider = check_provider_name(provider)
+        self.fused = fused
+        self.natives = natives
+        self.sources: dict[tuple[str, str], str] = dict(sources or {})
+        self.domains: dict[str, int] = {}
+        self.scope = Scope(None)
+        self._count = 0
+        # Compile-time values of IR values (folded constants), for rules that can use them.
+        self.known: dict[Value, np.ndarray[Any, Any]] = {}
+        # The op that defined each value, for kernels that check how an operand was built.
+        self.producers: dict[Value, Op] = {}
+
+    # -- names ----------------------------------------------------------------------------
+
+    def fresh(self, hint: str = "t") -> str:
+        name = f"{hint}{self._count}"
+        self._count += 1
+        return name
+
+    def name(self, value: Value) -> str:
+        found = self.scope.lookup(value)
+        if found is None:
+            raise InternalError(f"value {value!r} has no ONNX name (read before definition)")
+        return found
+
+    def bind(self, value: Value, name: str) -> None:
+        self.scope.names[value] = name
+
+    # -- nodes ----------------------------------------------------------------------------
+
+    def node(
+        self,
+        op_type: str,
+        inputs: Sequence[str],
+        attrs: Mapping[str, Any] | None = None,
+        *,
+        outputs: int = 1,
+        domain: str = "",
+    ) -> list[str]:
+        """Append one node; returns its fresh output names."""
+        names = [self.fresh() for _ in range(outputs)]
+        node = helper.make_node(
+            op_type, list(inputs), names, domain=domain or None, **(attrs or {})
+        )
+        self.scope.nodes.append(node)
+        if domain:
+            self.domains.setdefault(domain, 1)
+        return names
+
+    def one(
+        self,
+        op_type: str,
+        inputs: Sequence[str],
+        attrs: Mapping[str, Any] | None = None,
+        *,
+        domain: str = "",
+    ) -> str:
+        """Append a single-output node and return its output name."""
+        return self.node(op_type, inputs, attrs, domain=domain)[0]
+
+    def const(self, value: object, dtype: str) -> str:
+        """A constant tensor (deduplicated within the visible scopes)."""
+        array = contiguous(value, dtype)
+        key = (dtype, tuple(array.shape), array.tobytes())
+        found = self.scope.constant(key)
+        if found is not None:
+            return found
+        name = self.one("Constant", [], {"value": tensor_proto(array, dtype)})
+        self.scope.constants[key] = name
+        return name
+
+    def ints(self, values: Sequence[int]) -> str:
+        """A 1-D i64 constant (shapes, axes, starts of `Slice`...)."""
+        return self.const(np.asarray(list(values), dtype=np.int64).reshape(len(values)), "i64")
+
+    def cast(self, name: str, source: str, target: str) -> str:
+        """A plain ONNX `Cast` (none when the dtypes agree); see `elementwise` for IR casts."""
+        if source == target:
+            return name
+        return self.one("Cast", [name], {"to": onnx_type(target)})
+
+    # -- regions ----------------------------------------------------------------------------
+
+    def emit_ops(self, ops: Sequence[Op]) -> None:
+        """Lower each op in order, binding its results."""
+        for op in ops:
+            rule = self.rules.get(op.kind)
+            if rule is None:
+                raise InternalError(f"the ONNX exporter has no rule for op {op.kind}")
+            names = rule(self, op)
+            if len(names) != len(op.results):
+                raise InternalError(f"rule for {op.kind} returned {len(names)} names")
+            for value, name in zip(op.results, names, strict=True):
+                self.bind(value, name)
+                self.producers[value] = op
+            if op.kind == "const":
+                array = op.attrs["value"]
+                assert isinstance(array, np.ndarray)
+                self.known[op.results[0]] = array
+
+    def inline(self, region: Region, args: Sequence[str]) -> list[str]:
+        """Emit `region` into the current graph with its args bound to `args`; its result names."""
+        for value, name in zip(region.args, args, strict=True):
+            self.bind(value, name)
+        self.emit_ops(region.ops)
+        return [self.name(v) for v in region.results]
+
+    @contextmanager
+    def subgraph(self) -> Iterator[Scope]:
+        """A nested graph scope (Loop/If bodies); nodes go there until the block ends."""
+        outer = self.scope
+        self.scope = Scope(outer)
+        try:
+            yield self.scope
+        finally:
+            self.scope = outer
+
+    def make_subgraph(
+        self,
+        scope: Scope,
+        name: str,
+        inputs: Sequence[tuple[str, TensorType]],
+        outputs: Sequence[tuple[str, TensorType]],
+    ) -> onnx.GraphProto:
+        """A `GraphProto` of a finished nested scope, outputs renamed through `Identity`.
+
+        Every output gets its own node inside the body: an output must not be
+        an input, an outer value or another output of the same body.
+        """
+        out_infos = []
+        for source, t in outputs:
+            renamed = self.fresh()
+            scope.nodes.append(helper.make_node("Identity", [source], [renamed]))
+            out_infos.append(value_info(renamed, t))
+        in_infos = [value_info(n, t) for n, t in inputs]
+        return helper.make_graph(scope.nodes, name, in_infos, out_infos)

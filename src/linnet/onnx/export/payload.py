@@ -1,0 +1,167 @@
+"""Weight payloads kept out of the protobuf until they are needed: written straight to disk.
+
+Stage: between `assemble` (which declares each embedded weight as an
+initializer holding only its name, type and dims) and `ExportedModel`
+(`.model`, `.save`). In: the skeleton `ModelProto` and the weight arrays by
+initializer name (`Payload`). Out: the arrays put into the message as
+`raw_data` (`materialize`, for a caller that wants a complete in-memory
+model), or a `<file>.data` written from the arrays with the message
+pointing into it (`write_external`), or one data file shared by several
+entries exported from the same arrays (`write_shared`).
+
+Why: a protobuf `bytes` field only takes a `bytes` object, so embedding a
+weight costs a full copy held by the message, and writing the message with
+onnx's external-data helper then copies it again and reads it back from
+disk to restore the message. Writing each array's own buffer (a memory map
+of the checkpoint, usually) to the data file reads it once and copies
+nothing, so an export holds about the weight bytes at its peak, not twice
+that.
+
+Offsets in the data file: tensors of at least `ALIGN_THRESHOLD` bytes start
+on a multiple of `PAGE_ALIGN` (64 KiB, the mapping granularity of every
+platform ONNX Runtime memory-maps external data on, and the most padding
+onnx allows), smaller ones on a multiple of `SMALL_ALIGN`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from linnet.atomic import atomic_write
+from linnet.errors import LinnetError
+
+INLINE_LIMIT = 1024
+"""Weights smaller than this many bytes are embedded at once (as onnx's `size_threshold`)."""
+ALIGN_THRESHOLD = 2**20
+PAGE_ALIGN = 2**16
+SMALL_ALIGN = 64
+
+Payload = Mapping[str, np.ndarray[Any, Any]]
+"""Little-endian C-contiguous arrays (see `graph.little_endian`) by initializer name."""
+
+
+def pending_initializers(
+    model: onnx.ModelProto, payload: Payload
+) -> Iterator[tuple[onnx.TensorProto, np.ndarray[Any, Any]]]:
+    """The main graph's initializers whose data is still in `payload`, in graph order."""
+    for tensor in model.graph.initializer:
+        array = payload.get(tensor.name)
+        if array is not None:
+            yield tensor, array
+
+
+def materialize(model: onnx.ModelProto, payload: Payload) -> None:
+    """Put every pending array into its initializer's `raw_data` (one copy each)."""
+    for tensor, array in pending_initializers(model, payload):
+        tensor.raw_data = array.tobytes()
+
+
+def payload_bytes(payload: Payload) -> int:
+    return sum(int(array.nbytes) for array in payload.values())
+
+
+def raw_view(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The bytes of a C-contiguous array as a flat `uint8` view (bf16 has no buffer format)."""
+    return array.reshape(-1).view(np.uint8)
+
+
+def _aligned(offset: int, size: int) -> int:
+    step = PAGE_ALIGN if size >= ALIGN_THRESHOLD else SMALL_ALIGN
+    return -(-offset // step) * step
+
+
+def write_external(model: onnx.ModelProto, payload: Payload, target: Path) -> None:
+    """Write `model` to `target` and the payload to `<target name>.data` beside it.
+
+    Each pending initializer points into the data file while the message is
+    serialised, and is a bare declaration again afterwards, so `model` and
+    `payload` are unchanged and a later `materialize` or save still works.
+    """
+    write_shared([(model, payload, target)], target.with_name(f"{target.name}.data"))
+
+
+def write_shared(models: Sequence[tuple[onnx.ModelProto, Payload, Path]], data_path: Path) -> None:
+    """Write each model to its path and every distinct pending array once to `data_path`.
+
+    Entries exported from the same arrays (a `prefill` and a `decode` of one
+    checkpoint) share them: an array is the same as one already written when
+    it is the very same memory (address, byte count and dtype), which also
+    covers tied weights. Every model file must sit in `data_path`'s folder
+    (external data locations are relative to the model file).
+
+    Nothing half-written is ever visible: each file is written by
+    `linnet.atomic.atomic_write` (a temporary name, then a rename; weights
+    are not fsynced, see there).
+    """
+    folder = data_path.parent
+    for _, _, target in models:
+        if target.parent.resolve() != folder.resolve():
+            raise LinnetError(
+                f"cannot save `{target}` with external data in `{data_path}`: "
+                "the model files and their data file must share one folder"
+            )
+    location = data_path.name
+    written: dict[tuple[int, int, str], int] = {}
+    pointed: list[onnx.TensorProto] = []
+    try:
+        with atomic_write(data_path, durable=False) as data:
+            offset = 0
+            for model, payload, _ in models:
+                for tensor, array in pending_initializers(model, payload):
+                    size = int(array.nbytes)
+                    key = (int(array.__array_interface__["data"][0]), size, array.dtype.str)
+                    start = written.get(key)
+                    if start is None:
+                        start = _aligned(offset, size)
+                        if start > offset:
+                            data.write(bytes(start - offset))
+                        data.write(raw_view(array))  # type: ignore[call-overload]
+                        offset = start + size
+                        written[key] = start
+                    _point(tensor, location, start, size)
+                    pointed.append(tensor)
+        for model, _, target in models:
+            with atomic_write(target, durable=False) as out:
+                out.write(model.SerializeToString())
+    finally:
+        for tensor in pointed:
+            del tensor.external_data[:]
+            tensor.data_location = onnx.TensorProto.DEFAULT
+
+
+PENDING_LOCATION = "linnet-pending-weights"
+"""The external-data location of weights handed to ONNX Runtime as OrtValues, not read."""
+
+
+def serialize_pending(model: onnx.ModelProto, payload: Payload) -> bytes:
+    """`model` serialised with each pending initializer marked as external data.
+
+    ONNX Runtime validates an initializer that has neither data nor an
+    external location, but takes the data of an external one from
+    `SessionOptions.add_external_initializers` without opening its file: the
+    location only has to be there. `model` is unchanged afterwards.
+    """
+    pointed: list[onnx.TensorProto] = []
+    try:
+        for tensor, array in pending_initializers(model, payload):
+            _point(tensor, PENDING_LOCATION, 0, int(array.nbytes))
+            pointed.append(tensor)
+        serialized: bytes = model.SerializeToString()
+        return serialized
+    finally:
+        for tensor in pointed:
+            del tensor.external_data[:]
+            tensor.data_location = onnx.TensorProto.DEFAULT
+
+
+def _point(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        entry = tensor.external_data.add()
+        entry.key = key
+        entry.value = value
