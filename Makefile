@@ -1,23 +1,37 @@
 # The two commands that set everything up on a fresh machine:
 #   make demo   runs the main job on the bundled default model
 #   make test   lints, type-checks and runs the test suite (what CI runs)
+# Every package comes from requirements.lock (`make lock` regenerates it).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+LOCK := requirements.lock
 STAMP := $(VENV)/.installed
+PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: venv test test-slow lint demo bench clean
+.PHONY: venv test test-slow lint format demo bench lock clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+# Exactly the locked set: --no-deps, so nothing unlocked slips in; `pip check`
+# then proves the lock is closed under every package's own requirements.
+$(STAMP): pyproject.toml $(LOCK)
+	$(PYTHON) -m venv --clear $(VENV)
+	$(PIP) install --quiet --no-deps -r $(LOCK)
+	$(PIP) install --quiet --no-deps --no-build-isolation -e .
+	$(PIP) check
 	touch $(STAMP)
 
+lock:
+	$(PYTHON) tools/lock.py lock
+
 lint: venv
-	$(PY) -m ruff check src tests bench examples
+	$(PY) -m ruff check src tests bench examples tools
+	$(PY) -m ruff format --check src tests bench examples tools
 	$(PY) -m mypy
+
+format: venv
+	$(PY) -m ruff format src tests bench examples tools
 
 test: lint
 	$(PY) -m pytest -q
