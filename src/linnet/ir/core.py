@@ -346,6 +346,9 @@ class Builder:
     def concat(self, xs: Sequence[Value], axis: int) -> Value:
         return self.emit("concat", tuple(xs), {"axis": int(axis)})
 
+    def cumsum(self, x: Value, axis: int) -> Value:
+        return self.emit("cumsum", (x,), {"axis": int(axis)})
+
     def gather(self, x: Value, indices: Value, axis: int) -> Value:
         return self.emit("gather", (x, indices), {"axis": int(axis)})
 
