@@ -219,3 +219,26 @@ def test_values_on_the_device_skip_the_check(backends: dict[str, Backend]) -> No
     model.reset_state()
     model.run_entry("decode", [token(3), model.place(np.int32(8))])
     assert all(not value.any() for value in model.state.values())
+
+
+PICK = """module pick
+pub entry pick<N: Dim>(x: Tensor[N; f32], i: i32) -> f32 {
+    return x[i]
+}
+"""
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_module_level_entries_check_their_inputs(compile: bool) -> None:
+    """`load_function`: the extent of an input tensor, by number (no member declares it)."""
+    pick = linnet_torch.load_function(PICK, "pick", compile=compile)
+    x = torch.arange(5, dtype=torch.float32)
+    assert float(pick(x, 4)) == 4.0
+    assert float(pick(x, np.int64(2))) == 2.0
+    with pytest.raises(LinnetError) as raised:
+        pick(x, 5)
+    assert str(raised.value) == (
+        "entry `pick`: input `i` 5 is outside 0..4: it indexes axis 0 of input `x`, of length 5"
+    )
+    with pytest.raises(LinnetError, match=r"takes 2 inputs \(`x`, `i`\) but 3 were given"):
+        pick(x, 1, 2)
