@@ -143,12 +143,20 @@ def host_input(
         return HostInput(_number(value, declared, what), declared)
     if isinstance(value, np.ndarray | np.generic):
         array = np.asarray(value)
-        try:
-            actual = dtype_of_numpy(array.dtype)
-        except InternalError:
-            raise LinnetError(f"{what} has NumPy dtype {array.dtype}, which Linnet lacks") from None
+        actual = _LINNET_DTYPES.get(array.dtype)
+        if actual is None:
+            try:
+                actual = _LINNET_DTYPES[array.dtype] = dtype_of_numpy(array.dtype)
+            except InternalError:
+                raise LinnetError(
+                    f"{what} has NumPy dtype {array.dtype}, which Linnet lacks"
+                ) from None
         return HostInput(array, crossing_dtype(actual, declared))
     return None
+
+
+_LINNET_DTYPES: dict[np.dtype[Any], str] = {}
+"""`dtype_of_numpy` by NumPy dtype, as met (its name lookup is slow for a per-call path)."""
 
 
 def _number(value: bool | float, dtype: str, what: str) -> Array:
@@ -172,34 +180,46 @@ def _number(value: bool | float, dtype: str, what: str) -> Array:
 @record(eq=False)
 class InputChecks:
     """What `check_inputs` checks for one lowered entry: each input's name and the dtype
-    it receives, and the ranges of the inputs used as indices."""
+    it receives, and the ranges of the inputs used as indices (also by input number in
+    `by_index`; `integers` holds the NumPy dtype of each integer input, None for others)."""
 
     names: tuple[str, ...]
     dtypes: tuple[str, ...]
     ranges: tuple[InputRange, ...]
+    by_index: dict[int, InputRange]
+    integers: tuple[np.dtype[Any] | None, ...]
 
 
 def input_checks(fn: Function, model: BoundModel | None = None) -> InputChecks:
     """The checks of the lowered entry `fn` (`model` names the extents, when given)."""
     names = tuple(name for name, _ in fn.inputs)
     dtypes = tuple(value.type.dtype for _, value in fn.inputs)
-    return InputChecks(names, dtypes, index_ranges(fn, model))
+    ranges = index_ranges(fn, model)
+    integers = tuple(numpy_dtype(d) if d in INTEGER_DTYPES else None for d in dtypes)
+    return InputChecks(names, dtypes, ranges, {r.index: r for r in ranges}, integers)
 
 
 def check_inputs(checks: InputChecks, arrays: Sequence[Array | None], owner: str) -> None:
     """Refuse inputs outside their ranges (see the module docstring); `arrays` are the
-    inputs' host values in order, as given, None for a value that lives on a device."""
-    ranges = {r.index: r for r in checks.ranges}
-    for index, array in enumerate(arrays):
-        if array is None or index >= len(checks.dtypes):
+    inputs' host values in order, as given, None for a value that lives on a device.
+
+    Runs on every call: it only reads the extremes of the integer inputs it checks.
+    """
+    for index, array in enumerate(arrays[: len(checks.integers)]):
+        target = checks.integers[index]
+        if array is None or target is None or array.dtype.kind not in "iu":
             continue
-        found = ranges.get(index)
-        dtype = checks.dtypes[index]
-        narrowed = dtype in INTEGER_DTYPES and array.dtype != numpy_dtype(dtype)
-        if (found is None and not narrowed) or array.size == 0 or array.dtype.kind not in "iu":
+        found = checks.by_index.get(index)
+        narrowed = array.dtype != target
+        if found is None and not narrowed:
+            continue
+        if array.ndim == 0:
+            smallest = largest = int(array)
+        elif array.size:
+            smallest, largest = int(array.min()), int(array.max())
+        else:
             continue
         what = f"{owner}: input `{checks.names[index]}`"
-        smallest, largest = int(array.min()), int(array.max())
         if found is not None:
             low, high = found.low, found.high
             if low.value > high.value:
@@ -215,6 +235,7 @@ def check_inputs(checks: InputChecks, arrays: Sequence[Array | None], owner: str
                     _outside(what, largest, array, low.value, high.value, high.reason)
                 )
         if narrowed:
+            dtype = checks.dtypes[index]
             low_end, high_end = integer_range(dtype)
             for bad in (smallest, largest):
                 if not low_end <= bad <= high_end:
