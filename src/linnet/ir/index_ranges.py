@@ -49,7 +49,7 @@ from linnet.check.dims import Dim
 from linnet.check.types import OptionalType
 from linnet.check.types import TensorType as CheckedTensor
 from linnet.ir.bind import BlockInstance, BoundModel
-from linnet.ir.core import INTEGER_DTYPES, Function, Op, Region, Value
+from linnet.ir.core import INTEGER_DTYPES, Function, Op, Region, Value, numpy_dtype
 from linnet.records import record
 
 CACHE_WRITES = {
@@ -62,21 +62,13 @@ CACHE_WRITES = {
 }
 """The cache writes of stdlib.md 10, by callee: the operand positions of `at` and the row."""
 
-_INTEGER_RANGES = {
-    "i8": (-(2**7), 2**7 - 1),
-    "i16": (-(2**15), 2**15 - 1),
-    "i32": (-(2**31), 2**31 - 1),
-    "i64": (-(2**63), 2**63 - 1),
-    "u8": (0, 2**8 - 1),
-    "u16": (0, 2**16 - 1),
-    "u32": (0, 2**32 - 1),
-    "u64": (0, 2**64 - 1),
-}
-
 
 def integer_range(dtype: str) -> tuple[int, int]:
     """The smallest and largest value of an integer dtype."""
-    return _INTEGER_RANGES[dtype]
+    import numpy as np
+
+    info = np.iinfo(numpy_dtype(dtype))
+    return int(info.min), int(info.max)
 
 
 @record(frozen=True)
