@@ -56,7 +56,7 @@ commands:
   torch [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
           [--std DIR] FILE                         the PyTorch source generated for one entry
   onnx [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
-          [--provider cpu|cuda] [--fused] [--output FILE] [--std DIR] FILE
+          [--provider cpu|cuda] [--fused] [--grad] [--output FILE] [--std DIR] FILE
                                                    one entry as ONNX (opset 20) text, or a file
   init [DIR]                                       create a package (linnet.toml, src/lib.linnet)
   spec-test [--std DIR] DIR                        run a conformance directory
@@ -338,6 +338,7 @@ def _run_onnx(invocation: Invocation) -> int:
         provider=provider,
         fused="--fused" in invocation.flags,
         output=Path(output) if output is not None else None,
+        grad="--grad" in invocation.flags,
     )
 
 
@@ -411,7 +412,7 @@ _COMMANDS: dict[str, CommandSpec] = {
     ),
     "onnx": CommandSpec(
         _run_onnx,
-        frozenset({"--fused"}),
+        frozenset({"--fused", "--grad"}),
         frozenset({"--std", "--entry", "--root", "--optionals", "--provider", "--output"}),
         frozenset({"--bind"}),
     ),

@@ -7,7 +7,8 @@ inputs `param<N>`, bound by name at run time (`linnet.onnx.export.assemble`
 has the graph contract). The text is what `onnx.parser.parse_model` reads.
 `--output FILE` writes the binary model instead; `--provider` chooses the
 ONNX Runtime provider the dtype choices are made for, `--fused` allows
-ONNX Runtime's contrib kernels. onnx is imported only by this command.
+ONNX Runtime's contrib kernels. `--grad` exports the loss and its gradients
+(language-extensions 6: outputs `loss`, `grad<N>`). onnx is imported only by this command.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def show_onnx(
     provider: str = "cpu",
     fused: bool = False,
     output: Path | None = None,
+    grad: bool = False,
 ) -> int:
     """Print (or write) the ONNX model of the target entry; exit status 1 on source errors."""
     from linnet.pipeline import check_paths, compile_entry
@@ -46,7 +48,15 @@ def show_onnx(
         sys.stderr.write(render_human(program.diagnostics, color=color))
         return 1
     compiled = compile_entry(program, target)
-    exported = export_ir(compiled.function, provider=provider, fused=fused)
+    fn, gradients = compiled.function, None
+    if grad:
+        from linnet.ir.grad import differentiate_entry
+        from linnet.pipeline import optimize
+
+        r = compiled.resolved
+        fn, gradients = differentiate_entry(fn, r.model, r.present)
+        fn = optimize(fn)
+    exported = export_ir(fn, provider=provider, fused=fused, gradients=gradients)
     if output is not None:
         exported.save(output)
         return 0

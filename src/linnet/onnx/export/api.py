@@ -22,6 +22,7 @@ from typing import Any
 from linnet.check.program import CheckedProgram
 from linnet.errors import LinnetError
 from linnet.ir.bind import EntrySignature, module_entry
+from linnet.ir.grad import differentiate_entry
 from linnet.onnx.export.assemble import export_ir
 from linnet.onnx.export.result import ExportedModel
 from linnet.pipeline import check_program
@@ -42,6 +43,7 @@ def export_model(
     provider: str = "cpu",
     fused: bool = False,
     natives: bool = True,
+    grad: bool = False,
 ) -> ExportedModel:
     """One entry of a model as ONNX, with every generic bound.
 
@@ -54,7 +56,9 @@ def export_model(
     entry and the root block as `linnet onnx --entry/--root` do; an `entry`
     that is a module-level entry of the root module (and no block's) is
     exported as `export_function` does. See
-    `export_ir` for `provider`, `fused` and `natives`.
+    `export_ir` for `provider`, `fused` and `natives`. `grad=True` exports the entry's
+    loss and its gradient with respect to every floating `param` (language-extensions 6:
+    outputs `loss`, `grad<N>`, then the new state), computed by `linnet.ir.grad`.
 
     >>> exported = export_model('''module doc
     ... pub block Scale<H: Dim> {
@@ -83,22 +87,33 @@ def export_model(
         if weights is not None:
             raise LinnetError(f"entry `{name}` belongs to no block and takes no weights")
         return export_function(
-            program, name, generics=generics, provider=provider, fused=fused, natives=natives
+            program,
+            name,
+            generics=generics,
+            provider=provider,
+            fused=fused,
+            natives=natives,
+            grad=grad,
         )
     name = resolved.entry.fn.name
     bound = None
     if weights is not None:
         bound = bind_weights(resolved.model, weights, bindings=bindings, cast_dtype=cast_dtype)
     present = frozenset(bound.arrays) if bound is not None else resolved.present
-    fn = lower(
-        resolved.model, name, resolved.input_types, present, generics=resolved.entry_generics
+    fn = optimize(
+        lower(resolved.model, name, resolved.input_types, present, generics=resolved.entry_generics)
     )
+    gradients = None
+    if grad:
+        fn, gradients = differentiate_entry(fn, resolved.model, present)
+        fn = optimize(fn)
     return export_ir(
-        optimize(fn),
+        fn,
         weights=bound.arrays if bound is not None else None,
         provider=provider,
         fused=fused,
         natives=natives,
+        gradients=gradients,
     )
 
 
@@ -112,11 +127,13 @@ def export_function(
     provider: str = "cpu",
     fused: bool = False,
     natives: bool = True,
+    grad: bool = False,
 ) -> ExportedModel:
     """A module-level entry (or function, 11.7) as a complete ONNX model: no params, no state.
 
     `generics` binds every generic of the entry; `module` picks the module
-    (by key or dotted name, `std.nn.loss`), by default the root module.
+    (by key or dotted name, `std.nn.loss`), by default the root module. `grad=True`
+    exports the loss and its gradient with respect to every floating input, in order.
 
     >>> exported = export_function('''module doc
     ... pub entry spread<N: Dim>(x: Tensor[N; f32]) -> f32 {
@@ -136,8 +153,12 @@ def export_function(
     signature = module_entry(program, module, name)
     own = _own_generics(signature, generics)
     input_types = entry_input_types(signature, own)
-    fn = lower_module_entry(program, module, name, input_types, generics=own)
-    return export_ir(optimize(fn), provider=provider, fused=fused, natives=natives)
+    fn = optimize(lower_module_entry(program, module, name, input_types, generics=own))
+    gradients = None
+    if grad:
+        fn, gradients = differentiate_entry(fn)
+        fn = optimize(fn)
+    return export_ir(fn, provider=provider, fused=fused, natives=natives, gradients=gradients)
 
 
 def _is_module_entry(program: CheckedProgram, name: str) -> bool:

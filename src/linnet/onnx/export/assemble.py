@@ -94,6 +94,7 @@ def export_ir(
     provider: str = "cpu",
     fused: bool = False,
     natives: bool = True,
+    gradients: Sequence[str] | None = None,
 ) -> ExportedModel:
     """The ONNX model of a lowered function (see the module docstring).
 
@@ -103,6 +104,9 @@ def export_ir(
     `provider` (`cpu`, `cuda`) selects the dtype and kernel choices of
     `dtypes` and `fused`; `fused` allows ONNX Runtime's contrib
     kernels, `natives` standard-operator kernels for known standard-library ops.
+    `gradients` marks `fn` as a differentiated entry (`linnet.ir.grad`): its first result
+    is the output `loss`, the others `grad<N>` of the named paths or inputs, recorded
+    as `linnet.gradient.grad<N>` in the metadata (language-extensions 6.2).
     """
     params, state = _sources(fn)
     updates = [(path, value) for path, value in fn.state_updates.items()]
@@ -126,7 +130,10 @@ def export_ir(
 
     outputs: list[GraphIO] = []
     for i, value in enumerate(fn.results):
-        outputs.append(_output(em, f"output{i}", "output", value.type, em.name(value), None))
+        name, path = f"output{i}", None
+        if gradients is not None:
+            name, path = ("loss", None) if i == 0 else (f"grad{i - 1}", gradients[i - 1])
+        outputs.append(_output(em, name, "output", value.type, em.name(value), path))
     for path, value in updates:
         name = f"next_state{state_index[path]}"
         outputs.append(_output(em, name, "next_state", value.type, em.name(value), path))
@@ -208,5 +215,12 @@ def _metadata(
     props.update({f"linnet.state.{io.name}": io.path or "" for io in state_io})
     props.update(
         {f"linnet.next_state.{io.name}": io.path or "" for io in outputs if io.role == "next_state"}
+    )
+    props.update(
+        {
+            f"linnet.gradient.{io.name}": io.path
+            for io in outputs
+            if io.role == "output" and io.path is not None
+        }
     )
     return props
