@@ -28,6 +28,7 @@ from linnet.check.decls import (
     MemberInfo,
     ModuleInfo,
     PreludeFn,
+    StructInfo,
     UnresolvedImport,
 )
 from linnet.check.dims import Dim, Symbol
@@ -92,6 +93,10 @@ def check_call(chk: BodyChecker, call: ast.Call, expected: Type | None) -> Type:
         if isinstance(decl, UnresolvedImport):
             _check_args_alone(chk, call)
             return ERROR
+        if isinstance(decl, StructInfo):
+            from linnet.check.structs import construct
+
+            return construct(chk, call, decl)
         return not_callable(chk, call, callee, decl)
     if isinstance(callee, ast.Member):
         target = callee.target
@@ -106,6 +111,10 @@ def check_call(chk: BodyChecker, call: ast.Call, expected: Type | None) -> Type:
                 chk.resolutions[callee] = item
                 if isinstance(item, FnInfo):
                     return call_function(chk, call, item, None, None)
+                if isinstance(item, StructInfo):
+                    from linnet.check.structs import construct
+
+                    return construct(chk, call, item)
                 return not_callable(chk, call, callee, item)
         t = chk.expr(target)
         if isinstance(t, BlockType):
@@ -190,7 +199,7 @@ class Unifier:
 
     __slots__ = ("deferred_dims", "deferred_literals", "own", "subst")
 
-    def __init__(self, fn: FnInfo, receiver: BlockType | None) -> None:
+    def __init__(self, fn: FnInfo | StructInfo, receiver: BlockType | None) -> None:
         self.subst = receiver.subst.copy() if receiver is not None else Subst()
         self.own: set[Symbol | DTypeVar] = {g.key for g in fn.generics}
         self.deferred_dims: list[tuple[Dim, Dim, ast.Expr]] = []
@@ -374,7 +383,9 @@ def bind_default(u: Unifier, g: GenericInfo) -> None:
         s.bind_dtype(g.key, s.dtype(value))  # type: ignore[arg-type]
 
 
-def explicit_generics(chk: BodyChecker, call: ast.Call, fn: FnInfo, u: Unifier) -> bool:
+def explicit_generics(
+    chk: BodyChecker, call: ast.Call, fn: FnInfo | StructInfo, u: Unifier
+) -> bool:
     """5.6 step 1: explicit arguments bind the first generics in order (E2111/E2112)."""
     from linnet.check.typeconv import generic_argument
 

@@ -166,6 +166,8 @@ class CheckedProgram:
     adopted: dict[ast.Expr, Type] = field(default_factory=dict)
     resolutions: dict[object, Decl | IndexVar] = field(default_factory=dict)
     calls: dict[ast.Call, CallInfo] = field(default_factory=dict)
+    # struct constructions (language-extensions 2): the field values in declaration order
+    constructions: dict[ast.Call, tuple[ast.Expr, ...]] = field(default_factory=dict)
     indexings: dict[ast.Index, IndexingInfo] = field(default_factory=dict)
     comprehensions: dict[ast.ComprehensionStmt, ComprehensionInfo] = field(default_factory=dict)
     reductions: dict[ast.Reduction, ReductionInfo] = field(default_factory=dict)

@@ -21,6 +21,7 @@ from linnet.errors import LinnetError
 from linnet.ir.bind import EntrySignature, generics_key, module_entry
 from linnet.ir.core import TensorType
 from linnet.ir.inputs import check_inputs, order_inputs
+from linnet.ir.results import regroup
 from linnet.pipeline import check_program
 from linnet.torch.load import Source
 from linnet.torch.module import Prepared, Result, convert_input, make_runner
@@ -68,9 +69,7 @@ class LinnetFunction(nn.Module):
         prepared = self.prepare([t for _, t, _ in converted], generics)
         check_inputs(prepared.checks, [h for _, _, h in converted], owner)
         results, _ = prepared.run({}, {}, [t for t, _, _ in converted])
-        if not results:
-            return None
-        return results[0] if len(results) == 1 else tuple(results)
+        return regroup(results, signature.fn.result)  # type: ignore[return-value]
 
     def prepare(
         self, input_types: Sequence[TensorType], generics: Mapping[str, object] | None = None

@@ -40,6 +40,7 @@ from linnet.ir.inputs import (
     input_checks,
     order_inputs,
 )
+from linnet.ir.results import regroup
 from linnet.torch.analysis import walk
 from linnet.torch.codegen import CompiledFunction
 from linnet.torch.dtypes import INTEGERS, linnet_dtype, storage, to_torch
@@ -311,9 +312,7 @@ class LinnetModule(nn.Module):
         for path, value in updates.items():
             table, leaf = self._slots[path]
             table[leaf] = value.detach()
-        if not results:
-            return None
-        return results[0] if len(results) == 1 else tuple(results)
+        return regroup(results, signature.fn.result)  # type: ignore[return-value]
 
     def _get(self, path: str) -> torch.Tensor:
         table, name = self._slots[path]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from linnet.check.decls import FnInfo, LocalInfo
 from linnet.check.program import CheckedProgram
-from linnet.check.types import CtIntType, ScalarType, TupleType, Type
+from linnet.check.types import CtIntType, ScalarType, StructType, TupleType, Type
 from linnet.errors import InternalError, LinnetError
 from linnet.ir.core import Builder, TensorType, Value
 from linnet.ir.lower.values import (
@@ -171,8 +171,11 @@ def local_value(lw: Lowerer, fr: Frame, lv: LV, t: Type) -> LV:
     if isinstance(t, ScalarType) and is_number(lv):
         assert isinstance(lv, (int, float))
         return lw.const(lv, fr.env.dtype(t.dtype))
-    if isinstance(t, TupleType) and isinstance(lv, tuple):
-        return tuple(local_value(lw, fr, x, et) for x, et in zip(lv, t.elems, strict=True))
+    if isinstance(t, (TupleType, StructType)) and isinstance(lv, tuple):
+        types = element_types(t, len(lv))
+        return tuple(
+            x if et is None else local_value(lw, fr, x, et) for x, et in zip(lv, types, strict=True)
+        )
     if isinstance(lv, bool):
         return lw.const(lv, "bool")
     return lv

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence, Set
 
 from linnet.check.program import CheckedProgram
-from linnet.check.types import OptionalType, ScalarType, TupleType, Type
+from linnet.check.types import OptionalType, ScalarType, StructType, TupleType, Type
 from linnet.check.types import TensorType as CheckedTensor
 from linnet.errors import InternalError, LinnetError
 from linnet.ir.bind import (
@@ -32,7 +32,7 @@ from linnet.ir.bind import (
 from linnet.ir.core import Builder, Function, Program, Region, TensorType
 from linnet.ir.lower.context import Frame, Lowerer, local_value
 from linnet.ir.lower.stmts import lower_body
-from linnet.ir.lower.values import Opt, flatten
+from linnet.ir.lower.values import Opt, element_types, flatten
 
 
 def lower_entry(
@@ -141,11 +141,14 @@ def _lower(
     )
 
 
-def _result_types(t: Type, frame: Frame) -> list[TensorType] | None:
-    """The flattened IR types of an entry result, or None if it cannot cross (an optional...)."""
-    if isinstance(t, TupleType):
+def _result_types(t: Type | None, frame: Frame) -> list[TensorType] | None:
+    """The flattened IR types of an entry result, or None if it cannot cross (an optional...).
+
+    Tuples and structs flatten depth first (a struct in field declaration order).
+    """
+    if isinstance(t, (TupleType, StructType)):
         out: list[TensorType] = []
-        for e in t.elems:
+        for e in element_types(t, len(t.elems if isinstance(t, TupleType) else t.info.fields)):
             part = _result_types(e, frame)
             if part is None:
                 return None

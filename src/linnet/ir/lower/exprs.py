@@ -35,7 +35,7 @@ from linnet.check.decls import (
     ModuleInfo,
 )
 from linnet.check.dims import Symbol
-from linnet.check.types import ScalarType, Type
+from linnet.check.types import ScalarType, StructType, Type
 from linnet.errors import InternalError, LinnetError
 from linnet.ir.core import Builder, Value
 from linnet.ir.lower.context import Frame, Lowerer, local_value, not_supported
@@ -217,6 +217,11 @@ def _member(lw: Lowerer, fr: Frame, e: ast.Member) -> LV:
         return member_value(lw, fr, target.instance, decl)
     if isinstance(decl, FnInfo):
         raise InternalError(f"function `{decl.name}` used as a value")
+    struct = lw.program.types.get(e.target)
+    if isinstance(struct, StructType):
+        value = lower_expr(lw, fr, e.target)
+        if isinstance(value, tuple):
+            return value[list(struct.info.fields).index(e.name.name)]
     raise not_supported(f"reading `.{e.name.name}` of a struct", fr)
 
 
@@ -302,6 +307,11 @@ def fold(op: str, a: int | float, b: int | float) -> int | float | bool:
 def _call(lw: Lowerer, fr: Frame, e: ast.Call) -> LV:
     from linnet.ir.lower.calls import lower_call
 
+    fields = lw.program.constructions.get(e)
+    if fields is not None:
+        # A struct value is the tuple of its fields in declaration order (language-extensions
+        # 2.3): entry results flatten it depth first, as they flatten tuples.
+        return tuple(lower_expr(lw, fr, value) for value in fields)
     return lower_call(lw, fr, e)
 
 

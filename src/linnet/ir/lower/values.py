@@ -28,6 +28,7 @@ from linnet.check.types import (
     CtFloatType,
     CtIntType,
     ScalarType,
+    StructType,
     TupleType,
     Type,
 )
@@ -220,6 +221,10 @@ def scalar_dtype(t: Type | None, env: Env) -> str | None:
 
 
 def element_types(t: Type | None, n: int) -> list[Type | None]:
+    """The types of a tuple's elements, or of a struct's fields in declaration order (a struct
+    value lowers to the tuple of its fields)."""
     if isinstance(t, TupleType) and len(t.elems) == n:
         return list(t.elems)
+    if isinstance(t, StructType) and len(t.info.fields) == n:
+        return [t.subst.apply(f) for f in t.info.fields.values()]
     return [None] * n

@@ -45,6 +45,7 @@ from linnet.errors import InternalError, LinnetError
 from linnet.ir.bind import BoundModel, EntrySignature, InputSpec, generics_key
 from linnet.ir.core import Function, TensorType, dtype_of_numpy
 from linnet.ir.inputs import HostInput, check_inputs, host_input, order_inputs
+from linnet.ir.results import regroup
 from linnet.onnx.runtime.contract import Contract, read_contract, with_argmax
 from linnet.onnx.runtime.inplace import find_writes, rewrite, with_probes
 from linnet.onnx.runtime.session import EntrySession, can_capture
@@ -250,9 +251,7 @@ class OnnxModel:
         results = session.run(
             [self._on_device(v) for v in given], types, self._states, keep_on_device=keep_on_device
         )
-        if not results:
-            return None
-        return results[0] if len(results) == 1 else tuple(results)
+        return regroup(results, None if argmax else signature.fn.result)
 
     def prepare(
         self,

@@ -1,0 +1,149 @@
+"""Struct construction values: `Name(field = value, ...)` (language-extensions section 2).
+
+Stage: part of the body checker; `check_call` comes here when a call's callee
+resolves to a struct declaration (a bare name, an import, or `module.Struct`).
+Out: the `StructType` of the value (or the error type), the construction
+recorded in `CheckedProgram.constructions` for the lowering, and the
+diagnostics of rules S1-S9: E2102 for the arguments (positional, unknown,
+repeated, missing fields), E2101 for a value that does not fit its field
+(whatever the kind of mismatch), E2111/E2112 explicit generics, E2110 a
+generic nothing fixes. Inference is the call machinery's (`calls.Unifier`,
+`calls.unify`): a struct's fields are unified like a function's parameters.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from linnet.check import signatures
+from linnet.check.calls import Unifier, bind_default, explicit_generics, unify
+from linnet.check.calls import _check_args_alone as check_args_alone
+from linnet.check.decls import StructInfo
+from linnet.check.types import ERROR, DTypeVar, StructType, Type, in_class, show
+from linnet.diagnostics import Label
+from linnet.syntax import ast
+
+if TYPE_CHECKING:
+    from linnet.check.exprs import BodyChecker
+
+
+def construct(chk: BodyChecker, call: ast.Call, struct: StructInfo) -> Type:
+    """The value `Name<G>(field = value, ...)`, checked by rules S1-S9."""
+    signatures.ensure_item_generics(chk.ctx, struct)
+    signatures.ensure_struct_fields(chk.ctx, struct)
+    given = _named_fields(chk, call, struct)
+    if given is None:  # S6: no field type is checked after an argument error
+        check_args_alone(chk, call)
+        return ERROR
+    u = Unifier(struct, None)
+    if call.generic_args is not None and not explicit_generics(chk, call, struct, u):
+        check_args_alone(chk, call)
+        return ERROR
+    ok = True
+    for name, declared in struct.fields.items():  # S7: declaration order
+        value = given[name]
+        t = chk.expr(value)
+        reason = unify(chk, u, declared, t, value)
+        if reason is None or reason == "E2104":
+            ok = ok and reason is None
+            continue
+        expected = u.subst.apply(declared)
+        chk.ctx.error(
+            "E2101",
+            f"field `{name}` of `{struct.name}` expects {show(expected)}, found {show(t)}",
+            value.span,
+            "field value",
+            notes=(f"the field is declared {show(declared)}", f"the value is {show(t)}"),
+        )
+        ok = False
+    if not ok:
+        return ERROR
+    for g in struct.generics:  # S8
+        s = u.subst
+        if g.key in s.dims or g.key in s.packs or g.key in s.dtypes:
+            continue
+        if g.has_default and g.default is not None:
+            bind_default(u, g)
+            continue
+        chk.ctx.error(
+            "E2110",
+            f"cannot infer `{g.name}` for `{struct.name}`",
+            call.span,
+            "not inferable from the fields",
+            help=(f"give the generic arguments explicitly: `{struct.name}<...>(...)`",),
+        )
+        return ERROR
+    for g in struct.generics:
+        if g.kind in ("Dim", "Shape"):
+            continue
+        assert isinstance(g.key, DTypeVar)
+        bound = u.subst.dtypes.get(g.key)
+        if bound is not None and not in_class(bound, g.kind):
+            chk.ctx.error(
+                "E2112",
+                f"`{bound}` does not satisfy `{g.kind}` for `{g.name}` of `{struct.name}`",
+                call.span,
+                f"`{g.name}` must be {g.kind}",
+                related=(Label(g.ident.span, "constrained here"),),
+            )
+            return ERROR
+    for node, lit, var in u.deferred_literals:
+        from linnet.check import assignability
+
+        bound_dtype = u.subst.dtypes.get(var)
+        if bound_dtype is not None and not assignability.adopt_literal(chk, node, lit, bound_dtype):
+            return ERROR
+    result = StructType(struct, u.subst)
+    chk.program.constructions[call] = tuple(given[name] for name in struct.fields)
+    return result
+
+
+def _named_fields(
+    chk: BodyChecker, call: ast.Call, struct: StructInfo
+) -> dict[str, ast.Expr] | None:
+    """S2-S5: every argument named, a field, given once; every field given."""
+    given: dict[str, ast.Expr] = {}
+    ok = True
+    for arg in call.args:
+        if arg.name is None:
+            chk.ctx.error(
+                "E2102",
+                "struct fields are given by name",
+                arg.value.span,
+                "positional argument",
+                help=(f"write `{struct.name}(field = value, ...)`",),
+            )
+            ok = False
+            continue
+        name = arg.name.name
+        if name not in struct.fields:
+            fields = ", ".join(f"`{f}`" for f in struct.fields) or "none"
+            chk.ctx.error(
+                "E2102",
+                f"`{struct.name}` has no field `{name}`",
+                arg.name.span,
+                "unknown field",
+                notes=(f"its fields: {fields}",),
+            )
+            ok = False
+        elif name in given:
+            chk.ctx.error(
+                "E2102", f"field `{name}` is given twice", arg.name.span, "repeated field"
+            )
+            ok = False
+        else:
+            given[name] = arg.value
+    if not ok:
+        return None
+    missing = [f for f in struct.fields if f not in given]
+    if missing:
+        shown = ", ".join(f"`{f}`" for f in missing)
+        plural = "s" if len(missing) > 1 else ""
+        chk.ctx.error(
+            "E2102",
+            f"missing field{plural} {shown} for `{struct.name}`",
+            call.span,
+            "incomplete construction",
+        )
+        return None
+    return given
