@@ -88,6 +88,7 @@ def load(
     trainable: bool = False,
     cast_dtype: bool = False,
     strict: bool = True,
+    tensor_parallel: bool = False,
 ) -> LinnetModule:
     """Load a Linnet model as an `nn.Module` (see `LinnetModule`).
 
@@ -97,7 +98,10 @@ def load(
     mapping); `cast_dtype` converts stored floats/ints to the declared dtype;
     `strict` reports unexpected tensors. `compile=True` generates Python source
     per entry and input shapes instead of interpreting the IR; `trainable=True`
-    makes params `nn.Parameter`s.
+    makes params `nn.Parameter`s. `tensor_parallel=True`, under an initialised
+    `torch.distributed` process group, splits a model with a `Shards` generic over the
+    ranks: `Shards` is the world size, each rank holds its slices of the one-shard
+    checkpoint, and `std.nn.parallel` ops run as collectives (`linnet.torch.parallel`).
 
     >>> import torch
     >>> m = load('''module doc
@@ -113,6 +117,14 @@ def load(
     from linnet.ir.bind import bind
 
     program = check_program(source, std_root)
+    if tensor_parallel:
+        return _load_sharded(
+            program, root, dict(generics or {}), weights, bindings, cast_dtype, strict,
+            device=device, compile=compile, trainable=trainable,
+        )  # fmt: skip
+    from linnet.torch.parallel import warn_unsharded
+
+    warn_unsharded(dict(generics or {}), tensor_parallel)
     model = bind(program, root=root, generics=generics)
     arrays = bind_weights(
         model,
@@ -123,3 +135,34 @@ def load(
         trainable=trainable,
     )
     return LinnetModule(model, arrays, device=device, compile=compile, trainable=trainable)
+
+
+def _load_sharded(
+    program: CheckedProgram,
+    root: str | None,
+    generics: dict[str, object],
+    weights: WeightsSource | None,
+    bindings: Any,
+    cast_dtype: bool,
+    strict: bool,
+    *,
+    device: torch.device | str,
+    compile: bool,
+    trainable: bool,
+) -> LinnetModule:
+    """This rank's part of a tensor-parallel model (`linnet.torch.parallel`)."""
+    from linnet.ir.bind import bind, find_root
+    from linnet.torch import parallel
+
+    rank, world = parallel.process_group()
+    names = [g.name for g in find_root(program, root).generics]
+    generics = parallel.shard_generics(names, generics, world)
+    whole = bind(program, root=root, generics={**generics, parallel.SHARDS: 1})
+    model = bind(program, root=root, generics=generics)
+    full = bind_weights(
+        whole, weights, bindings=bindings, cast_dtype=cast_dtype, strict=strict, trainable=trainable
+    )
+    arrays = parallel.shard_weights(whole, model, full, rank, world)
+    return LinnetModule(
+        model, arrays, device=device, compile=compile, trainable=trainable, tensor_parallel=True
+    )

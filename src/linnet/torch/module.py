@@ -140,9 +140,11 @@ class LinnetModule(nn.Module):
         device: torch.device | str = "cpu",
         compile: bool = False,
         trainable: bool = False,
+        tensor_parallel: bool = False,
     ) -> None:
         super().__init__()
         self._bound = model
+        self._tensor_parallel = tensor_parallel
         self._device = torch.device(device)
         self._compiled = compile
         self._trainable = trainable
@@ -341,6 +343,10 @@ class LinnetModule(nn.Module):
 
             fn = lower_entry(self._bound, name, input_types, self._present, generics=generics)
             fn = optimize(fn)
+            if self._tensor_parallel:
+                from linnet.torch.parallel import mark_collectives
+
+                fn = mark_collectives(fn)
             run = make_runner(fn, self._device, compile=self._compiled, trainable=self._trainable)
             found = self._prepared[key] = Prepared(fn, run, self._bound)
         self._latest[name] = found

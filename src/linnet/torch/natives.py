@@ -21,6 +21,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 |
 | `std.nn.cache::write_at` | `index_copy` of the one row (out of place) |
 | `std.nn.cache::write_span` at a constant position | the cache slices and the span, concatenated |
+| `std.nn.parallel::{all_reduce, all_gather, shared}`, when a tensor-parallel load marked them | collectives over the ranks (`linnet.torch.parallel`) |
 
 Attention masks: a mask made by `causal_mask<Q, Q>` becomes `is_causal=True`;
 any other mask is passed as a boolean mask, and rows whose keys are all
@@ -370,6 +371,40 @@ FINDERS: dict[str, Finder] = {
     "std.nn.cache::write_at": find_write_at,
     "std.nn.cache::write_span": find_write_span,
 }
+
+
+def _find_collective(op: Op, context: Context) -> Native | None:
+    """`std.nn.parallel` calls marked by a tensor-parallel load (`linnet.torch.parallel`)."""
+    from linnet.torch import parallel
+
+    found = parallel.find_collective(op)
+    if found is None:
+        return None
+    kernel, spelled = found
+    return Native(str(op.attrs["callee"]), kernel, lambda names: spelled.format(*names))
+
+
+for _callee in ("all_reduce", "all_gather", "shared"):
+    FINDERS[f"std.nn.parallel::{_callee}"] = _find_collective
+
+
+def tp_all_reduce(x: torch.Tensor) -> torch.Tensor:
+    """Generated code's name for `linnet.torch.parallel.all_reduce`."""
+    from linnet.torch import parallel
+
+    return parallel.all_reduce(x)
+
+
+def tp_shared(x: torch.Tensor) -> torch.Tensor:
+    from linnet.torch import parallel
+
+    return parallel.shared(x)
+
+
+def tp_all_gather(x: torch.Tensor, shards: int) -> torch.Tensor:
+    from linnet.torch import parallel
+
+    return parallel.all_gather(x, shards)
 
 
 def find_native(op: Op, context: Context) -> Native | None:
