@@ -293,7 +293,7 @@ def bind_domain(
 
 
 def _extent_conflict(chk: BodyChecker, var: IndexVar, use: object, first: str, second: str) -> None:
-    chk.ctx.error(
+    chk.proof_error(
         "E2201",
         f"the index `{var.name}` is used on axes of different extents",
         var.ident.span,

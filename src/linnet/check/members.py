@@ -20,6 +20,7 @@ from linnet.check.decls import (
     MemberInfo,
     ModuleInfo,
 )
+from linnet.check.suggest import did_you_mean
 from linnet.check.types import (
     ERROR,
     BlockType,
@@ -30,6 +31,7 @@ from linnet.check.types import (
     Type,
     show,
 )
+from linnet.check.unknown import item_help
 from linnet.diagnostics import Label
 from linnet.source import Span
 from linnet.syntax import ast
@@ -80,12 +82,15 @@ def check_member(chk: BodyChecker, e: ast.Member, expected: Type | None) -> Type
     notes: tuple[str, ...] = ()
     if isinstance(t, OptionalType) and isinstance(t.inner, BlockType):
         notes = ("an optional child is read with `match`: `some(c) => c.member`",)
+    fields = t.info.fields if isinstance(t, StructType) else {}
     chk.ctx.error(
         "E2107",
         f"{show(t)} has no member `{name}`",
         e.name.span,
         "unknown member",
         notes=notes,
+        help=did_you_mean(name, fields)
+        or (("read the fields of a struct, or the members of a block",) if not notes else ()),
     )
     return ERROR
 
@@ -99,6 +104,7 @@ def module_item(chk: BodyChecker, module: ModuleInfo, ident: ast.Ident) -> ItemI
             f"module `{module.name}` has no item `{ident.name}`",
             ident.span,
             "not found in that module",
+            help=item_help(module, ident.name),
         )
         return None
     if not item.pub and module is not chk.module:
@@ -127,6 +133,7 @@ def enum_variant(chk: BodyChecker, enum: EnumInfo, e: ast.Member) -> Type:
             e.name.span,
             "unknown variant",
             notes=(f"the variants are {', '.join(enum.variants) or 'none'}",),
+            help=did_you_mean(name, enum.variants, "the variant"),
         )
         return ERROR
     chk.resolutions[e] = EnumVariant(enum, name)
@@ -158,11 +165,18 @@ def child_member(chk: BodyChecker, e: ast.Member, t: BlockType) -> Type:
             related=(Label(block.methods[name].ident.span, "declared here"),),
         )
         return ERROR
+    names = [m for m, member in block.members.items() if not member.name.startswith("_")]
     chk.ctx.error(
         "E2107",
         f"block `{block.name}` has no member `{name}`",
         e.name.span,
         "unknown member",
+        help=did_you_mean(name, [*block.members, *block.methods])
+        or (
+            f"the members of `{block.name}` are {', '.join(f'`{m}`' for m in names)}"
+            if names
+            else f"`{block.name}` has no members",
+        ),
     )
     return ERROR
 

@@ -31,6 +31,7 @@ from linnet.check.types import (
     scalar,
     show,
 )
+from linnet.check.unknown import unknown_name
 from linnet.diagnostics import Label
 from linnet.syntax import ast
 
@@ -97,12 +98,14 @@ def check_assign(chk: BodyChecker, s: ast.AssignStmt) -> None:
     name = s.target.name
     decl = chk.lookup(name)
     if decl is None:
-        chk.ctx.error(
-            "E1201",
-            f"cannot find `{name}` in this scope",
+        unknown_name(
+            chk,
+            name,
             s.target.span,
+            f"cannot find `{name}` in this scope",
             "not found",
-            help=("declare it with `var` first",),
+            "value",
+            "declare it with `var` first",
         )
         chk.expr(s.value)
         return

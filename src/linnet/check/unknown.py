@@ -1,0 +1,142 @@
+"""Failed lookups: one report per mistake, with the fix (language.md 16.2, E1201).
+
+Stage: part of the body checker. Every place a name is looked up and not
+found calls `unknown_name`, which
+- reports E1201 once per unknown spelling per module: later uses of the same
+  spelling add a note to the first report instead of a diagnostic of their
+  own (a missing import is one mistake however often the name is used);
+- suggests the closest visible name of the right kind (`check.suggest`), else
+  the std module that declares the name (or a close spelling of it, such as
+  a PyTorch class name), else a PyTorch-to-Linnet hint, else `fallback`.
+
+The caller gives the expression the error type, which silences everything
+derived from it (`types.ERROR` fits everywhere).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from linnet.check.decls import (
+    AliasInfo,
+    BlockInfo,
+    ConstInfo,
+    EnumInfo,
+    FnInfo,
+    GenericInfo,
+    LocalInfo,
+    MemberInfo,
+    ModuleInfo,
+    StructInfo,
+)
+from linnet.check.suggest import closest, did_you_mean, std_import_help, torch_help
+from linnet.diagnostics import Diagnostic
+from linnet.source import Span
+from linnet.syntax.tokens import PRELUDE_FUNCTIONS, SCALAR_TYPES
+
+if TYPE_CHECKING:
+    from linnet.check.exprs import BodyChecker
+    from linnet.check.scope import Scope
+
+# What a lookup wants, and which declarations can be meant.
+_WANTS: dict[str, tuple[type, ...]] = {
+    "value": (LocalInfo, MemberInfo, ConstInfo, GenericInfo),
+    "function": (FnInfo,),
+    "type": (BlockInfo, StructInfo, EnumInfo, AliasInfo, GenericInfo),
+    "dimension": (GenericInfo, ConstInfo),
+    "module": (ModuleInfo,),
+}
+
+
+def visible(scope: Scope | None, want: str) -> Iterator[str]:
+    """Names visible from `scope`, innermost first, of the kinds `want` can mean."""
+    kinds = _WANTS[want]
+    while scope is not None:
+        for name, decl in scope.table.items():
+            if isinstance(decl, kinds):
+                yield name
+        scope = scope.parent
+
+
+def suggestion_help(chk: BodyChecker, name: str, want: str, fallback: str = "") -> tuple[str, ...]:
+    """The help lines for an unknown `name` (see the module docstring)."""
+    names = list(visible(chk.scope, want))
+    if want == "function":
+        names += sorted(PRELUDE_FUNCTIONS)
+    elif want == "type":
+        names += ["Tensor", *sorted(SCALAR_TYPES)]
+    found = closest(name, names)
+    if found is not None:
+        return (f"did you mean `{found}`?",)
+    if want in ("function", "type", "value"):
+        found_std = std_import_help(name, chk.program.graph.std_root)
+        if found_std:
+            return found_std
+    hint = torch_help(name)
+    if hint:
+        return hint
+    return (fallback,) if fallback else ()
+
+
+def unknown_name(
+    chk: BodyChecker,
+    name: str,
+    span: Span,
+    message: str,
+    label: str,
+    want: str,
+    fallback: str = "",
+    notes: tuple[str, ...] = (),
+) -> None:
+    """Report E1201 for `name` (once per module and spelling; see the module docstring)."""
+    ctx = chk.ctx
+    key = (chk.module.key, name)
+    first = ctx.unknown_names.get(key)
+    if first is not None:
+        earlier = ctx.diags[first]
+        line = span.file.line_col(span.start)[0]
+        ctx.diags[first] = _also_used(earlier, name, line)
+        return
+    ctx.unknown_names[key] = len(ctx.diags)
+    ctx.error(
+        "E1201",
+        message,
+        span,
+        label,
+        notes=notes,
+        help=suggestion_help(chk, name, want, fallback),
+    )
+
+
+def item_help(module: ModuleInfo, name: str) -> tuple[str, ...]:
+    """Did-you-mean among a module's public items, else the list of them."""
+    public = [n for n, item in module.items.items() if item.pub]
+    found = did_you_mean(name, public)
+    if found:
+        return found
+    if not public:
+        return (f"`{module.name}` has no public items",)
+    shown = ", ".join(f"`{n}`" for n in public[:12]) + (", ..." if len(public) > 12 else "")
+    return (f"`{module.name}` declares {shown}",)
+
+
+def generics_help(name: str, generics: list[GenericInfo]) -> tuple[str, ...]:
+    """`Linear` is declared `Linear<In: Dim, Out: Dim, T: Float = f32>`."""
+    declared = ", ".join(g.node.span.text for g in generics)
+    return (f"`{name}` is declared `{name}<{declared}>`",)
+
+
+def _also_used(d: Diagnostic, name: str, line: int) -> Diagnostic:
+    prefix = f"`{name}` is also used on line"
+    notes = list(d.notes)
+    for i, note in enumerate(notes):
+        if note.startswith(prefix):
+            lines = note.split(" line", 1)[1].lstrip("s ").split(", ")
+            if str(line) not in lines:
+                lines.append(str(line))
+            notes[i] = f"{prefix}s {', '.join(lines)}"
+            break
+    else:
+        notes.append(f"{prefix} {line}")
+    return Diagnostic(d.code, d.message, d.span, d.label, d.related, tuple(notes), d.help)
