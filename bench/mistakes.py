@@ -55,7 +55,7 @@ from linnet.syntax.tokens import KEYWORDS, PRELUDE_NAMES, RESERVED
 ROOT = Path(__file__).resolve().parents[1]
 STDLIB = ROOT / "stdlib"
 SEED = 11
-PER_KIND = 2  # sites of one kind drawn from one file
+PER_KIND = 1  # sites of one kind drawn from one file (bench/diagnostics.py --per-kind)
 
 # PyTorch module names a user reaches for, and the std function each one is.
 TORCH_NAMES = {
@@ -83,7 +83,7 @@ class Mistake:
     text: str  # the mutated file's text ("" for weights cases)
     code: str  # expected error code ("weights" for binding cases)
     line: int  # expected line (0 for weights cases)
-    wanted: str = ""  # the name a suggestion should offer, if any
+    wanted: str = ""  # text the help must contain (the meant name in backticks, a `use`)
     detail: str = ""  # what changed, for the table
 
 
@@ -115,7 +115,7 @@ class Outcome:
         """The wanted name appears in the help (True when nothing is wanted)."""
         if not self.mistake.wanted:
             return True
-        return any(f"`{self.mistake.wanted}`" in h for e in self.errors for h in e[3])
+        return any(self.mistake.wanted in h for e in self.errors for h in e[3])
 
     @property
     def passed(self) -> bool:
@@ -125,11 +125,9 @@ class Outcome:
 # ---------------------------------------------------------------- sources
 
 
-def valid_sources() -> list[tuple[Path, Path]]:
-    """(package or std root, file) for every valid module the corpus mutates."""
-    out = [(p.parents[1], p) for p in sorted(ROOT.glob("examples/*/src/*.linnet"))]
-    out += [(STDLIB, p) for p in sorted(STDLIB.rglob("*.linnet"))]
-    return out
+def valid_sources() -> list[Path]:
+    """Every valid module the corpus mutates: the examples' sources, then the std library."""
+    return sorted(ROOT.glob("examples/*/src/*.linnet")) + sorted(STDLIB.rglob("*.linnet"))
 
 
 def _misspell(name: str, taken: set[str], rng: random.Random) -> str | None:
@@ -230,7 +228,7 @@ def _expected_name_code(kind: str) -> str:
     return {"method": "E2107", "index variable": "E3101"}.get(kind, "E1201")
 
 
-def _file_mistakes(root: Path, file: Path, rng: random.Random) -> list[Mistake]:
+def _file_mistakes(file: Path, rng: random.Random, per_kind: int) -> list[Mistake]:
     program = check_paths([file], STDLIB)
     assert not program.has_errors, f"{file} is not valid"
     text = file.read_text()
@@ -244,7 +242,7 @@ def _file_mistakes(root: Path, file: Path, rng: random.Random) -> list[Mistake]:
         by_kind.setdefault(site.kind, []).append(site)
     for kind, sites in sorted(by_kind.items()):
         usable = [s for s in sites if len(s.name) >= 3]
-        for site in rng.sample(usable, min(PER_KIND, len(usable))):
+        for site in rng.sample(usable, min(per_kind, len(usable))):
             typo = _misspell(site.name, taken, rng)
             if typo is None:
                 continue
@@ -255,13 +253,13 @@ def _file_mistakes(root: Path, file: Path, rng: random.Random) -> list[Mistake]:
                     _replace(text, site.start, site.end, typo),
                     _expected_name_code(kind),
                     _line(text, site.start),
-                    site.name,
+                    f"`{site.name}`",
                     f"`{site.name}` -> `{typo}`",
                 )
             )
     module = program.modules[path]
-    out += _use_mistakes(module.file, text, origin, taken, program, shown, rng)
-    out += _call_mistakes(program, shown, text, origin, rng)
+    out += _use_mistakes(module.file, text, origin, taken, rng, per_kind)
+    out += _call_mistakes(program, shown, text, origin, rng, per_kind)
     out += _result_dtype_mistakes(program, shown, text, origin, rng)
     out += _generic_argument_mistakes(module.file, text, origin, rng)
     return out
@@ -282,14 +280,13 @@ def _use_mistakes(
     text: str,
     origin: str,
     taken: set[str],
-    program: CheckedProgram,
-    shown: str,
     rng: random.Random,
+    per_kind: int,
 ) -> list[Mistake]:
     """Misspelt imported items and modules, and imports left out."""
     out: list[Mistake] = []
     uses = [u for u in file.uses if u.items]
-    for use in rng.sample(uses, min(PER_KIND, len(uses))):
+    for use in rng.sample(uses, min(per_kind, len(uses))):
         assert use.items is not None
         item = rng.choice(use.items)
         typo = _misspell(item.name.name, taken, rng)
@@ -301,7 +298,7 @@ def _use_mistakes(
                     _replace(text, item.name.span.start, item.name.span.end, typo),
                     "E1201",
                     _line(text, item.name.span.start),
-                    item.name.name,
+                    f"`{item.name.name}`",
                     f"`{item.name.name}` -> `{typo}`",
                 )
             )
@@ -315,7 +312,7 @@ def _use_mistakes(
                     _replace(text, segment.span.start, segment.span.end, module_typo),
                     "E1202",
                     _line(text, segment.span.start),
-                    ".".join(p.name for p in use.path),
+                    "`" + ".".join(p.name for p in use.path) + "`",
                     f"`{segment.name}` -> `{module_typo}`",
                 )
             )
@@ -345,11 +342,19 @@ def _use_mistakes(
                 mutated,
                 "E1201",
                 _line(mutated, uses_of[0] + shift),
-                ".".join(p.name for p in use.path) + "::" + item.name.name,
+                _import_wanted(use, item),
                 f"`{bound}` not imported",
             )
         )
     return out
+
+
+def _import_wanted(use: ast.UseDecl, item: ast.Imported) -> str:
+    """What the help for a left-out import must offer: the `use` for std, else the module."""
+    path = ".".join(p.name for p in use.path)
+    if use.path[0].name == "std":
+        return f"use {path}::{{{item.name.name}}}"
+    return "declared in module"
 
 
 def _idents_named(file: ast.File, name: str) -> Iterator[ast.Ident]:
@@ -361,7 +366,7 @@ def _idents_named(file: ast.File, name: str) -> Iterator[ast.Ident]:
 
 
 def _call_mistakes(
-    program: CheckedProgram, shown: str, text: str, origin: str, rng: random.Random
+    program: CheckedProgram, shown: str, text: str, origin: str, rng: random.Random, per_kind: int
 ) -> list[Mistake]:
     """Wrong arity and swapped arguments at calls of user and std functions."""
     calls = sorted(
@@ -373,7 +378,7 @@ def _call_mistakes(
         key=lambda c: c[0].span.start,
     )
     out: list[Mistake] = []
-    for call, info in rng.sample(calls, min(PER_KIND, len(calls))):
+    for call, info in rng.sample(calls, min(per_kind, len(calls))):
         fn = info.callee
         assert isinstance(fn, FnInfo)
         last = call.args[-1]
@@ -419,7 +424,7 @@ def _call_mistakes(
         code = _swap_code(info.callee.params[0].type, first, second)
         if code:
             swappable.append((call, code))
-    for call, code in rng.sample(swappable, min(PER_KIND, len(swappable))):
+    for call, code in rng.sample(swappable, min(per_kind, len(swappable))):
         a, b = call.args[0].span, call.args[1].span
         mutated = text[: a.start] + text[b.start : b.end] + text[a.end : b.start]
         mutated += text[a.start : a.end] + text[b.end :]
@@ -531,8 +536,7 @@ def _generic_argument_mistakes(
 def torch_name_mistakes() -> list[Mistake]:
     """A PyTorch class name where a std function is called (`LayerNorm(x, ...)`)."""
     out: list[Mistake] = []
-    for root, file in valid_sources():
-        del root
+    for file in valid_sources():
         text = file.read_text()
         program = check_paths([file], STDLIB)
         shown = next(
@@ -554,7 +558,7 @@ def torch_name_mistakes() -> list[Mistake]:
                     _replace(text, span.start, span.end, torch),
                     "E1201",
                     _line(text, span.start),
-                    name,
+                    f"`{name}`",
                     f"`{name}` -> `{torch}`",
                 )
             )
@@ -562,22 +566,107 @@ def torch_name_mistakes() -> list[Mistake]:
     return out
 
 
-def weight_mistakes() -> list[Mistake]:
-    """Checkpoints of the example blocks with one tensor transposed or one key renamed."""
-    out: list[Mistake] = []
-    for example in ("01-linear", "gpt2", "vit", "bert", "01-llama", "clip"):
-        for kind in ("transposed weight", "renamed key"):
-            out.append(Mistake(kind, f"examples/{example}", "", "weights", 0))
+# Blocks whose weights the corpus mistakes: (file, root block, generics).
+WEIGHT_MODELS: list[tuple[str, str, dict[str, object]]] = [
+    ("examples/tiny/src/lib.linnet", "Mlp", {"H": 6, "Inner": 5, "Depth": 2, "Classes": 3}),
+    ("examples/01-linear/src/lib.linnet", "Linear", {"In": 6, "Out": 4}),
+    ("examples/02-attention/src/lib.linnet", "SelfAttention", {"H": 8, "Heads": 2}),
+    ("examples/03-tiny-transformer/src/lib.linnet", "Layer", {"H": 8, "Heads": 2, "Inner": 12}),
+    ("examples/gpt2/src/lib.linnet", "Mlp", {"H": 6, "Inner": 10, "T": "f32"}),
+    ("examples/bert/src/lib.linnet", "Intermediate", {"H": 6, "Inner": 10, "T": "f32"}),
+    ("examples/clip/src/encoder.linnet", "Mlp", {"H": 6, "Inner": 10}),
+    ("examples/01-llama/src/lib.linnet", "LlamaMlp", {"H": 6, "Inner": 10, "T": "f32"}),
+    ("stdlib/nn/mlp.linnet", "SwiGlu", {"H": 6, "Inner": 10, "T": "f32"}),
+    ("stdlib/nn/embedding.linnet", "Embedding", {"Vocab": 7, "H": 4, "T": "f32"}),
+]
+
+
+@dataclass(frozen=True)
+class WeightMistake:
+    """A checkpoint for a bound block with one tensor transposed or one key misspelt."""
+
+    kind: str  # "transposed weight" or "misspelt checkpoint key"
+    origin: str
+    root: str
+    generics: dict[str, object]
+    path: str  # the parameter path concerned
+    stored_name: str  # the key the checkpoint stores it under
+    wanted: str  # text the report must contain
+
+
+def weight_mistakes(per_kind: int = PER_KIND) -> list[WeightMistake]:
+    """Per model: up to two non-square matrices transposed, two keys one edit away."""
+    from linnet.pipeline import bind
+    from linnet.weights import specs_from_model
+
+    out: list[WeightMistake] = []
+    for origin, root, generics in WEIGHT_MODELS:
+        rng = random.Random(f"{SEED}:{origin}:{root}")
+        program = check_paths([ROOT / origin], STDLIB)
+        specs = specs_from_model(bind(program, root=root, generics=generics))
+        matrices = sorted(
+            p for p, s in specs.items() if len(s.shape) == 2 and len(set(s.shape)) == 2
+        )
+        for path in rng.sample(matrices, min(per_kind, len(matrices))):
+            out.append(
+                WeightMistake("transposed weight", origin, root, generics, path, path, "transposed")
+            )
+        keys = sorted(specs)
+        for path in rng.sample(keys, min(per_kind, len(keys))):
+            head, _, last = path.rpartition(".")
+            typo = _misspell(last, set(), rng)
+            if typo is None:
+                continue
+            stored = f"{head}.{typo}" if head else typo
+            out.append(
+                WeightMistake(
+                    "misspelt checkpoint key", origin, root, generics, path, stored, f"`{stored}`"
+                )
+            )
     return out
 
 
-def corpus() -> list[Mistake]:
-    """Every case, in a fixed order."""
+def run_weights(mistakes: list[WeightMistake]) -> list[Outcome]:
+    """Bind each mistaken checkpoint; the one problem must name the path and the hint."""
+    import numpy as np
+
+    from linnet.errors import LinnetError
+    from linnet.pipeline import bind
+    from linnet.weights import bind_weights, specs_from_model
+
+    outcomes = []
+    for m in mistakes:
+        program = check_paths([ROOT / m.origin], STDLIB)
+        specs = specs_from_model(bind(program, root=m.root, generics=m.generics))
+        arrays = {}
+        for path, spec in specs.items():
+            shape = (
+                spec.shape[::-1] if m.kind == "transposed weight" and path == m.path else spec.shape
+            )
+            name = m.stored_name if path == m.path else path
+            arrays[name] = np.zeros(shape, dtype=np.dtype(_NUMPY[spec.dtype]))
+        mistake = Mistake(m.kind, m.origin, "", "weights", 0, "", f"`{m.path}`")
+        try:
+            bind_weights(specs, arrays)
+            problems: list[str] = []
+        except LinnetError as exc:
+            problems = [p.strip()[2:] for p in exc.message.splitlines()[1:]]
+        hints = tuple(p for p in problems if m.wanted in p and f"`{m.path}`" in p)
+        outcomes.append(
+            Outcome(mistake, [("weights", 0, p, hints if p in hints else ()) for p in problems])
+        )
+    return outcomes
+
+
+_NUMPY = {"f32": "float32", "f16": "float16", "f64": "float64", "i32": "int32", "i64": "int64"}
+
+
+def corpus(per_kind: int = PER_KIND) -> list[Mistake]:
+    """Every case, in a fixed order; `per_kind` sites of each kind drawn per file."""
     out: list[Mistake] = []
-    for root, file in valid_sources():
-        del root
+    for file in valid_sources():
         rng = random.Random(f"{SEED}:{file.relative_to(ROOT)}")
-        out += _file_mistakes(file.parents[0], file, rng)
+        out += _file_mistakes(file, rng, per_kind)
     out += torch_name_mistakes()
     return out
 

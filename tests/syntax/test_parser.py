@@ -741,8 +741,16 @@ def test_stray_closing_brace_at_top_level() -> None:
 
 
 def test_lexical_and_syntax_errors_come_together_in_order() -> None:
-    found = diagnostics('module m\nfn f() { let a = 1 @ 2\n let b = 007 }\nconst C = "\\q"\n')
+    found = diagnostics('module m\nfn f() { let a = 1 $ 2\n let b = 007 }\nconst C = "\\q"\n')
     assert [d.code for d in found] == ["E1001", "E1101", "E1005", "E1003"]
+
+
+def test_matmul_operator_is_one_error_with_the_fix() -> None:
+    """`a @ b` is one E1001 whose help names `std.linalg::matmul` and index notation."""
+    found = diagnostics("module m\nfn f() { let a = x @ w\n let b = 1 }\n")
+    assert [d.code for d in found] == ["E1001"]
+    assert "matmul" in found[0].help[0] and "std.linalg" in found[0].help[0]
+    assert "sum[k]" in found[0].help[1]
 
 
 # ---------------------------------------------------------------- nesting limits

@@ -33,7 +33,6 @@ from linnet.check.decls import (
 from linnet.check.dims import Dim, Symbol
 from linnet.check.members import block_path, module_item, private
 from linnet.check.program import CallInfo
-from linnet.check.suggest import did_you_mean
 from linnet.check.types import (
     ERROR,
     NONE,
@@ -60,6 +59,7 @@ from linnet.check.types import (
 )
 from linnet.check.unknown import generics_help, unknown_name
 from linnet.diagnostics import Diagnostic, Label
+from linnet.spelling import did_you_mean
 from linnet.syntax import ast
 from linnet.syntax.tokens import PRELUDE_FUNCTIONS
 
@@ -674,16 +674,16 @@ def unify_shape(chk: BodyChecker, u: Unifier, p: Shape, a: Shape, node: ast.Expr
         if len(a) < len(prefix) + len(suffix):
             return False
         split = len(a) - len(suffix)
+        pack = items[at]
+        assert type(pack) is Symbol
+        # Bound before the other axes are compared, so a note about a mismatch
+        # shows the pack's axes (`Tensor[B, 4; f32]`, not `Tensor[*S, 4; f32]`).
+        s.bind_pack(pack, tuple(a[len(prefix) : split]))
         if not all(
             unify_item(chk, u, x, y, node) for x, y in zip(prefix, a[: len(prefix)], strict=True)
         ):
             return False
-        if not all(unify_item(chk, u, x, y, node) for x, y in zip(suffix, a[split:], strict=True)):
-            return False
-        pack = items[at]
-        assert type(pack) is Symbol
-        s.bind_pack(pack, tuple(a[len(prefix) : split]))
-        return True
+        return all(unify_item(chk, u, x, y, node) for x, y in zip(suffix, a[split:], strict=True))
     if len(items) != len(a):
         return False
     return all(unify_item(chk, u, x, y, node) for x, y in zip(items, a, strict=True))

@@ -28,9 +28,9 @@ from linnet.check.decls import (
     UnresolvedImport,
 )
 from linnet.check.modules import LoadedModule
-from linnet.check.suggest import closest
 from linnet.check.unknown import item_help
 from linnet.diagnostics import Label
+from linnet.spelling import closest
 from linnet.syntax import ast
 from linnet.syntax.tokens import PRELUDE_NAMES
 

@@ -20,7 +20,6 @@ from linnet.check.decls import (
     MemberInfo,
     ModuleInfo,
 )
-from linnet.check.suggest import did_you_mean
 from linnet.check.types import (
     ERROR,
     BlockType,
@@ -34,6 +33,7 @@ from linnet.check.types import (
 from linnet.check.unknown import item_help
 from linnet.diagnostics import Label
 from linnet.source import Span
+from linnet.spelling import did_you_mean
 from linnet.syntax import ast
 
 if TYPE_CHECKING:

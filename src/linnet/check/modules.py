@@ -372,7 +372,7 @@ class _Loader:
 
 def _module_suggestion(base: Path, head: str, rest: list[str]) -> str:
     """`did you mean `std.nn.norm`?` for `std.nn.norms`: the closest module under `base`."""
-    from linnet.check.suggest import closest
+    from linnet.spelling import closest
 
     if not base.is_dir():
         return ""

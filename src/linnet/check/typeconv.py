@@ -254,7 +254,7 @@ def unknown_type(chk: BodyChecker, node: ast.NamedType) -> None:
         unknown_name(
             chk,
             name,
-            node.span,
+            node.path[0].span,
             f"cannot find type `{name}` in this scope",
             "unknown type",
             "type",

@@ -30,9 +30,10 @@ from linnet.check.decls import (
     ModuleInfo,
     StructInfo,
 )
-from linnet.check.suggest import closest, did_you_mean, std_import_help, torch_help
+from linnet.check.suggest import std_import_help, torch_help
 from linnet.diagnostics import Diagnostic
 from linnet.source import Span
+from linnet.spelling import closest, did_you_mean
 from linnet.syntax.tokens import PRELUDE_FUNCTIONS, SCALAR_TYPES
 
 if TYPE_CHECKING:
@@ -66,11 +67,21 @@ def suggestion_help(chk: BodyChecker, name: str, want: str, fallback: str = "") 
         names += sorted(PRELUDE_FUNCTIONS)
     elif want == "type":
         names += ["Tensor", *sorted(SCALAR_TYPES)]
+    std_root = chk.program.graph.std_root
+    if want in ("function", "type", "value"):
+        # Declared under exactly this name elsewhere: the import is what is missing.
+        for module in chk.ctx.modules.values():
+            item = module.items.get(name)
+            if module is not chk.module and not module.is_std and item is not None and item.pub:
+                return (f"`{name}` is declared in module `{module.name}`: import it with `use`",)
+        exact = std_import_help(name, std_root, want)
+        if exact and exact[0].startswith(f"`{name}` is declared"):
+            return exact
     found = closest(name, names)
     if found is not None:
         return (f"did you mean `{found}`?",)
     if want in ("function", "type", "value"):
-        found_std = std_import_help(name, chk.program.graph.std_root)
+        found_std = std_import_help(name, std_root, want)
         if found_std:
             return found_std
     hint = torch_help(name)
