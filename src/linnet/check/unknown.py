@@ -6,8 +6,10 @@ found calls `unknown_name`, which
   spelling add a note to the first report instead of a diagnostic of their
   own (a missing import is one mistake however often the name is used);
 - suggests the closest visible name of the right kind (`check.suggest`), else
-  the std module that declares the name (or a close spelling of it, such as
-  a PyTorch class name), else a PyTorch-to-Linnet hint, else `fallback`.
+  a PyTorch spelling's Linnet name, else the std module that declares a close
+  spelling (`LayerNorm` -> `layer_norm`), else `fallback`. An exact name
+  declared in another module or the std library comes first: then the
+  import is what is missing.
 
 The caller gives the expression the error type, which silences everything
 derived from it (`types.ERROR` fits everywhere).
@@ -77,6 +79,10 @@ def suggestion_help(chk: BodyChecker, name: str, want: str, fallback: str = "") 
         exact = std_import_help(name, std_root, want)
         if exact and exact[0].startswith(f"`{name}` is declared"):
             return exact
+    # A PyTorch name is written on purpose: its Linnet spelling beats a near miss.
+    hint = torch_help(name)
+    if hint:
+        return hint
     found = closest(name, names)
     if found is not None:
         return (f"did you mean `{found}`?",)
@@ -84,9 +90,6 @@ def suggestion_help(chk: BodyChecker, name: str, want: str, fallback: str = "") 
         found_std = std_import_help(name, std_root, want)
         if found_std:
             return found_std
-    hint = torch_help(name)
-    if hint:
-        return hint
     return (fallback,) if fallback else ()
 
 
