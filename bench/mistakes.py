@@ -6,6 +6,7 @@ learn what each name denotes, and applies one mutation whose expected error
 code and line follow from the mutation alone (never from the checker's output
 on the mutated program):
 
+- a misspelt keyword starting an item, member or statement (E1101 there);
 - a misspelt name of each kind: local, parameter, index variable, function,
   prelude function, member, method, block, type, generic, constant, imported
   item, module path (E1201, E3101, E2107, E1202 at the misspelt name's line);
@@ -28,6 +29,7 @@ asserts the aim.
 
 from __future__ import annotations
 
+import itertools
 import random
 import shutil
 import tempfile
@@ -49,8 +51,10 @@ from linnet.check.program import CheckedProgram
 from linnet.check.types import ScalarDType, ScalarType, TensorType
 from linnet.diagnostics import Diagnostic
 from linnet.pipeline import check_paths
+from linnet.source import SourceFile
 from linnet.syntax import ast
-from linnet.syntax.tokens import KEYWORDS, PRELUDE_NAMES, RESERVED
+from linnet.syntax.lexer import lex
+from linnet.syntax.tokens import KEYWORDS, PRELUDE_NAMES, RESERVED, Kind
 
 ROOT = Path(__file__).resolve().parents[1]
 STDLIB = ROOT / "stdlib"
@@ -262,6 +266,45 @@ def _file_mistakes(file: Path, rng: random.Random, per_kind: int) -> list[Mistak
     out += _call_mistakes(program, shown, text, origin, rng, per_kind)
     out += _result_dtype_mistakes(program, shown, text, origin, rng)
     out += _generic_argument_mistakes(module.file, text, origin, rng)
+    out += _keyword_mistakes(module.source, text, origin, taken, rng, per_kind)
+    return out
+
+
+# Keywords that start an item, a member or a statement: a typo there is E1101.
+_STARTING_KEYWORDS = frozenset(
+    "let var return pub fn op entry block sub param buffer state const use struct enum while".split()
+)
+
+
+def _keyword_mistakes(
+    source: SourceFile, text: str, origin: str, taken: set[str], rng: random.Random, per_kind: int
+) -> list[Mistake]:
+    """A misspelt keyword that starts an item, member or statement (E1101 there)."""
+    tokens, _, _ = lex(source)
+    sites = [
+        t
+        for t, after in itertools.pairwise(tokens)
+        if t.kind is Kind.KEYWORD
+        and t.text in _STARTING_KEYWORDS
+        and len(t.text) >= 3
+        and after.kind in (Kind.IDENT, Kind.KEYWORD)
+    ]
+    out = []
+    for token in rng.sample(sites, min(per_kind, len(sites))):
+        typo = _misspell(token.text, taken, rng)
+        if typo is None:
+            continue
+        out.append(
+            Mistake(
+                "misspelt keyword",
+                origin,
+                _replace(text, token.span.start, token.span.end, typo),
+                "E1101",
+                _line(text, token.span.start),
+                f"`{token.text}`",
+                f"`{token.text}` -> `{typo}`",
+            )
+        )
     return out
 
 

@@ -118,6 +118,8 @@ def test_pytorch_names_point_at_the_std_function(call: str, hint: str) -> None:
     d = one(text)
     assert (d.code, line_of(d)) == ("E1201", 4)
     assert d.help[0].startswith(hint)
+    if call.startswith("cat("):  # also a typo of the prelude's `cast`
+        assert d.help[1] == "or did you mean `cast`?"
 
 
 def test_matmul_operator_is_one_error() -> None:

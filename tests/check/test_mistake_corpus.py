@@ -51,6 +51,7 @@ def test_corpus_is_large_and_covers_every_kind_of_mistake(
     assert len(cases) + len(weights) >= 150
     kinds = {c.kind for c in cases} | {w.kind for w in weights}
     for kind in (
+        "misspelt keyword",
         "misspelt local",
         "misspelt parameter",
         "misspelt function",

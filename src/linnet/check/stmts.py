@@ -75,7 +75,8 @@ def check_let(chk: BodyChecker, s: ast.LetStmt) -> None:
     if s.type is not None:
         t = resolve_type(chk, s.type)
         value = chk.expr(s.value, t)
-        assignability.coerce(chk, s.value, value, t, "the value")
+        if not assignability.coerce(chk, s.value, value, t, "the value"):
+            t = ERROR  # the annotation or the value is wrong: uses of the name would cascade
         bind_pattern(chk, s.pattern, t, "let")
         return
     value = chk.expr(s.value)
@@ -87,7 +88,8 @@ def check_var(chk: BodyChecker, s: ast.VarStmt) -> None:
     if s.type is not None:
         t = resolve_type(chk, s.type)
         value = chk.expr(s.value, t)
-        assignability.coerce(chk, s.value, value, t, "the value")
+        if not assignability.coerce(chk, s.value, value, t, "the value"):
+            t = ERROR  # as for `let`
     else:
         t = assignability.materialize(chk, s.value, chk.expr(s.value), True)
     chk.declare_local(s.name, t, "var", mutable=True)

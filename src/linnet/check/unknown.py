@@ -79,13 +79,13 @@ def suggestion_help(chk: BodyChecker, name: str, want: str, fallback: str = "") 
         exact = std_import_help(name, std_root, want)
         if exact and exact[0].startswith(f"`{name}` is declared"):
             return exact
-    # A PyTorch name is written on purpose: its Linnet spelling beats a near miss.
+    # A PyTorch name is written on purpose: its Linnet spelling comes before a near miss.
     hint = torch_help(name)
-    if hint:
-        return hint
     found = closest(name, names)
     if found is not None:
-        return (f"did you mean `{found}`?",)
+        return (*hint, f"{'or ' if hint else ''}did you mean `{found}`?")
+    if hint:
+        return hint
     if want in ("function", "type", "value"):
         found_std = std_import_help(name, std_root, want)
         if found_std:
