@@ -301,3 +301,54 @@ def test_a_misspelt_index_variable_suggests_the_bound_one() -> None:
     """
     d = only(text)
     assert (d.code, d.help) == ("E3101", ("did you mean `row`?",))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "code", "hint"),
+    [
+        (
+            "fc1.forward(x)",
+            "Linear(x)",
+            "E2106",
+            "a block is not called: declare a child `sub linear: Linear<...>` and call "
+            "`linear.forward(...)`; or call the function `linear` of `std.nn.linear`",
+        ),
+        ("fc2.forward(h)", "fc2(h)", "E2106", "call one of its methods: `fc2.forward(...)`"),
+        (
+            "fc2.forward(h)",
+            "fc2.forward(h.T)",
+            "E2107",
+            "values have no members: transpose with `permute(x, [1, 0])` "
+            "(or `std.linalg::transpose`)",
+        ),
+        (
+            "fc1.forward(x)",
+            "fc1.forward(x.reshape([B, In]))",
+            "E2107",
+            "values have no methods: call the prelude function `reshape(x, ...)`",
+        ),
+        (
+            "fc1.forward(x)",
+            "self.fc1.forward(x)",
+            "E1101",
+            "there is no `self`: inside a block its members are bare names (`fc1`)",
+        ),
+        (
+            "-> Tensor[B, Out; T] {",
+            "-> Tensor[B, Out] {",
+            "E1101",
+            "a tensor type ends with its dtype: `Tensor[N, M; f32]`",
+        ),
+    ],
+)
+def test_pytorch_habits_get_the_linnet_spelling(old: str, new: str, code: str, hint: str) -> None:
+    assert old in MLP
+    d = one(MLP.replace(old, new, 1))
+    assert (d.code, d.help) == (code, (hint,))
+
+
+def test_a_wrong_annotation_is_one_error() -> None:
+    """The local takes the error type: its later uses do not repeat the mistake."""
+    text = MLP.replace("let h = relu(", "let h: Tensor[B, In; T] = relu(")
+    d = one(text)
+    assert (d.code, line_of(d)) == ("E2202", 12)

@@ -31,7 +31,7 @@ from linnet.check.decls import (
     UnresolvedImport,
 )
 from linnet.check.dims import Dim, Symbol
-from linnet.check.members import block_path, module_item, private
+from linnet.check.members import block_path, module_item, private, tensor_member_help
 from linnet.check.program import CallInfo
 from linnet.check.types import (
     ERROR,
@@ -122,7 +122,8 @@ def check_call(chk: BodyChecker, call: ast.Call, expected: Type | None) -> Type:
                 f"{show(t)} has no method `{callee.name.name}`",
                 callee.name.span,
                 "unknown method",
-                help=("only blocks have methods; call a function with the value instead",),
+                help=tensor_member_help(callee.name.name, t)
+                or ("only blocks have methods; call a function with the value instead",),
             )
         _check_args_alone(chk, call)
         return ERROR
@@ -156,9 +157,33 @@ def not_callable(chk: BodyChecker, call: ast.Call, callee: ast.Expr, decl: Decl)
         callee.span,
         f"`{name}` is {what}" if what != "not a function" else "not a function",
         related=related,
+        help=_not_callable_help(chk, name, decl),
     )
     _check_args_alone(chk, call)
     return ERROR
+
+
+def _not_callable_help(chk: BodyChecker, name: str, decl: Decl) -> tuple[str, ...]:
+    """How to call what was meant: a child's method, a block's function, a module's item."""
+    if isinstance(decl, MemberInfo):
+        signatures.ensure_members(chk.ctx, decl.block)
+        t = decl.type
+        if isinstance(t, BlockType) and t.info.methods:
+            method = "forward" if "forward" in t.info.methods else next(iter(t.info.methods))
+            return (f"call one of its methods: `{name}.{method}(...)`",)
+        return ()
+    if isinstance(decl, BlockInfo):
+        lower = name.lower()
+        functions = [n for n, item in decl.module.items.items() if isinstance(item, FnInfo)]
+        same = [n for n in functions if n.replace("_", "") == lower]
+        also = f"; or call the function `{same[0]}` of `{decl.module.name}`" if same else ""
+        return (
+            f"a block is not called: declare a child `sub {lower}: {name}<...>` and call "
+            f"`{lower}.forward(...)`{also}",
+        )
+    if isinstance(decl, ModuleInfo):
+        return (f"call one of its items: `{name}.item(...)`",)
+    return ()
 
 
 def call_method(chk: BodyChecker, call: ast.Call, callee: ast.Member, t: BlockType) -> Type:

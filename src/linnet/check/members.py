@@ -26,7 +26,9 @@ from linnet.check.types import (
     EnumType,
     ErrorType,
     OptionalType,
+    ScalarType,
     StructType,
+    TensorType,
     Type,
     show,
 )
@@ -35,6 +37,7 @@ from linnet.diagnostics import Label
 from linnet.source import Span
 from linnet.spelling import did_you_mean
 from linnet.syntax import ast
+from linnet.syntax.tokens import PRELUDE_FUNCTIONS
 
 if TYPE_CHECKING:
     from linnet.check.exprs import BodyChecker
@@ -90,9 +93,42 @@ def check_member(chk: BodyChecker, e: ast.Member, expected: Type | None) -> Type
         "unknown member",
         notes=notes,
         help=did_you_mean(name, fields)
+        or tensor_member_help(name, t)
         or (("read the fields of a struct, or the members of a block",) if not notes else ()),
     )
     return ERROR
+
+
+# PyTorch tensor attributes and methods with a Linnet spelling of their own.
+_TENSOR_ATTRIBUTES = {
+    "T": "transpose with `permute(x, [1, 0])` (or `std.linalg::transpose`)",
+    "mT": "swap the last two axes with `permute`",
+    "t": "transpose with `permute(x, [1, 0])` (or `std.linalg::transpose`)",
+    "shape": "the shape is part of the type: name the dimensions with generics",
+    "dtype": "the dtype is part of the type: a dtype generic or a scalar type",
+    "view": "write `reshape(x, [...])`",
+    "float": "write `cast<f32>(x)`",
+    "half": "write `cast<f16>(x)`",
+    "long": "write `cast<i64>(x)`",
+    "int": "write `cast<i32>(x)`",
+    "to": "write `cast<T>(x)`",
+    "sum": "reduce in index notation: `let s[i] = sum[j] x[i, j]`",
+    "mean": "reduce in index notation: `let m[i] = sum[j] x[i, j] / N`",
+    "matmul": "call `matmul(a, b)` after `use std.linalg::{matmul}`",
+    "softmax": "call `softmax(x)` after `use std.nn.softmax::{softmax}`",
+}
+
+
+def tensor_member_help(name: str, t: Type) -> tuple[str, ...]:
+    """For `x.T`, `x.reshape(...)`: tensors have no members; the Linnet spelling instead."""
+    if not isinstance(t, (TensorType, ScalarType)):
+        return ()
+    if name in PRELUDE_FUNCTIONS:
+        return (f"values have no methods: call the prelude function `{name}(x, ...)`",)
+    hint = _TENSOR_ATTRIBUTES.get(name)
+    if hint is not None:
+        return (f"values have no members: {hint}",)
+    return ("values have no members or methods: pass the value to a function",)
 
 
 def module_item(chk: BodyChecker, module: ModuleInfo, ident: ast.Ident) -> ItemInfo | None:
