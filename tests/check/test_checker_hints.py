@@ -352,3 +352,11 @@ def test_a_wrong_annotation_is_one_error() -> None:
     text = MLP.replace("let h = relu(", "let h: Tensor[B, In; T] = relu(")
     d = one(text)
     assert (d.code, line_of(d)) == ("E2202", 12)
+
+
+def test_a_signature_note_shows_the_childs_generics() -> None:
+    d = one(MLP.replace("fc2.forward(h)", "fc2.forward(h, h)"))
+    assert d.code == "E2102"
+    assert d.notes == (
+        "the signature is `fn forward(x: Tensor[*S, Hidden; T]) -> Tensor[*S, Out; T]`",
+    )

@@ -267,7 +267,7 @@ def call_function(
     if call.generic_args is not None and not explicit_generics(chk, call, fn, u):
         _check_args_alone(chk, call)
         return ERROR
-    slots = match_arguments(chk, call, fn)
+    slots = match_arguments(chk, call, fn, u.subst)
     if slots is None:
         _check_args_alone(chk, call)
         return ERROR
@@ -489,8 +489,14 @@ def explicit_generics(chk: BodyChecker, call: ast.Call, fn: FnInfo, u: Unifier) 
     return ok
 
 
-def match_arguments(chk: BodyChecker, call: ast.Call, fn: FnInfo) -> list[ast.Expr | None] | None:
-    """7.7: positional then named arguments onto parameters; E2102 on any problem."""
+def match_arguments(
+    chk: BodyChecker, call: ast.Call, fn: FnInfo, bound: Subst | None = None
+) -> list[ast.Expr | None] | None:
+    """7.7: positional then named arguments onto parameters; E2102 on any problem.
+
+    `bound` holds what is known of the generics (a child's, explicit ones), so
+    the signature in the notes shows `Tensor[*S, 4; f32]`, not `Tensor[*S, In; T]`.
+    """
     params = fn.params
     slots: list[ast.Expr | None] = [None] * len(params)
     filled = [False] * len(params)
@@ -505,7 +511,7 @@ def match_arguments(chk: BodyChecker, call: ast.Call, fn: FnInfo) -> list[ast.Ex
                     f"`{fn.name}` takes {len(params)} arguments but more were given",
                     arg.span,
                     "unexpected argument",
-                    notes=(f"the signature is `{signature_text(fn)}`",),
+                    notes=(f"the signature is `{signature_text(fn, bound)}`",),
                     help=("remove the extra arguments",),
                 )
                 ok = False
@@ -521,7 +527,7 @@ def match_arguments(chk: BodyChecker, call: ast.Call, fn: FnInfo) -> list[ast.Ex
                 f"`{fn.name}` has no parameter `{arg.name.name}`",
                 arg.name.span,
                 "unknown parameter",
-                notes=(f"the signature is `{signature_text(fn)}`",),
+                notes=(f"the signature is `{signature_text(fn, bound)}`",),
                 help=did_you_mean(arg.name.name, index, "the parameter")
                 or ("name one of the parameters in the signature",),
             )
@@ -549,16 +555,17 @@ def match_arguments(chk: BodyChecker, call: ast.Call, fn: FnInfo) -> list[ast.Ex
             f"missing argument {names} in call to `{fn.name}`",
             call.span,
             "missing argument",
-            notes=(f"the signature is `{signature_text(fn)}`",),
+            notes=(f"the signature is `{signature_text(fn, bound)}`",),
             help=("optional parameters take `none` or `some(x)`",),
         )
         return None
     return slots
 
 
-def signature_text(fn: FnInfo) -> str:
-    params = ", ".join(f"{p.name}: {p.type!r}" for p in fn.params)
-    result = f" -> {fn.result!r}" if fn.result is not None else ""
+def signature_text(fn: FnInfo, bound: Subst | None = None) -> str:
+    s = bound if bound is not None else Subst()
+    params = ", ".join(f"{p.name}: {s.apply(p.type)!r}" for p in fn.params)
+    result = f" -> {s.apply(fn.result)!r}" if fn.result is not None else ""
     return f"{fn.kind} {fn.name}({params}){result}"
 
 
