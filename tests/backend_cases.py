@@ -127,3 +127,42 @@ def cast_source(rng: np.random.Generator, source: str, target: str) -> np.ndarra
         x[0, :3] = [0.0, -0.0, 0.4]
         return x
     return random_array(rng, source, (4, 8))
+
+
+# -- cumsum (language-extensions 5), shared by the interpreter, torch and ONNX tests ----------
+
+CUMSUM_DTYPES = (*INTS, *FLOAT_DTYPES)
+CUMSUM_SHAPE = (4, 9)
+
+
+def cumsum_reference(x: np.ndarray, axis: int, dtype: str) -> np.ndarray:
+    """Exact running sums: integers as Python ints wrapped to the width, floats in f64."""
+    if dtype in INT_RANGES:
+        lo, hi = INT_RANGES[dtype]
+        width = hi - lo + 1
+        exact = np.cumsum(x.astype(object), axis=axis)
+        wrapped = np.vectorize(lambda v: (int(v) - lo) % width + lo, otypes=[object])(exact)
+        return wrapped.astype(numpy_dtype(dtype))
+    return np.cumsum(x.astype(np.float64), axis=axis)
+
+
+def cumsum_data(dtype: str, axis: int) -> np.ndarray:
+    rng = rng_for("cumsum", dtype, axis)
+    if dtype in FLOAT_DTYPES:
+        return random_array(rng, dtype, CUMSUM_SHAPE, float_range=(-2.0, 2.0))
+    return random_array(rng, dtype, CUMSUM_SHAPE)
+
+
+def check_cumsum(actual: np.ndarray, x: np.ndarray, axis: int, dtype: str) -> None:
+    """Integers bit for bit; floats within the dtype's tolerance times the length summed."""
+    expected = cumsum_reference(x, axis, dtype)
+    if dtype in INT_RANGES:
+        assert actual.dtype == numpy_dtype(dtype)
+        np.testing.assert_array_equal(actual, expected)
+    else:
+        scale = float(x.shape[axis])
+        assert_close(actual, expected.astype(numpy_dtype(dtype)), dtype, scale=scale)
+
+
+def cumsum_op(dtype: str, axis: int) -> Function:
+    return one_op("cumsum", [TensorType(CUMSUM_SHAPE, dtype)], {"axis": axis})

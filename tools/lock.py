@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements.lock"
 PYPROJECT = ROOT / "pyproject.toml"
 DIGEST_PREFIX = "# pyproject-dependencies-sha256: "
-# Installed into every venv by `python -m venv` itself; not ours to pin.
-UNLOCKED = frozenset({"pip", "setuptools", "wheel"})
+# pip comes with every venv and does the installing; everything it installs is pinned.
+UNLOCKED = frozenset({"pip"})
 PROJECT = "linnet-lang"
 
 

@@ -6,6 +6,7 @@ clause with its values, or the input at fault.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from lower_support import bound, checked, t
 
@@ -105,12 +106,52 @@ def test_missing_unknown_and_ill_kinded_generics() -> None:
         bind(program, generics={"H": 8, "Heads": 2, "Hidden": 3})
     with pytest.raises(LinnetError, match="`T` of block `Model` must be Float"):
         bind(program, generics={"H": 8, "Heads": 2, "T": "i32"})
-    with pytest.raises(LinnetError, match="expected a dtype name"):
+    with pytest.raises(LinnetError, match="expected a dtype such as `f32`, `float32`"):
         bind(program, generics={"H": 8, "Heads": 2, "T": "float"})
     with pytest.raises(LinnetError, match="non-negative integer"):
         bind(program, generics={"H": -8, "Heads": 2})
     with pytest.raises(LinnetError, match="non-negative integer"):
         bind(program, generics={"H": True, "Heads": 2})
+
+
+def _dtype_spellings() -> list[tuple[object, str]]:
+    """What users pass for a dtype generic, each with the Linnet dtype it means."""
+    import ml_dtypes
+
+    # JAX's scalar types (`jnp.bfloat16`) are classes carrying a NumPy `dtype`; JAX is no
+    # dependency of the project, so a class of that shape stands in for one.
+    jax_like = type("bfloat16", (), {"dtype": np.dtype(ml_dtypes.bfloat16)})
+    spellings: list[tuple[object, str]] = [
+        ("f32", "f32"),
+        ("float32", "f32"),
+        ("bfloat16", "bf16"),
+        ("float16", "f16"),
+        (np.float32, "f32"),
+        (np.dtype("float64"), "f64"),
+        (ml_dtypes.bfloat16, "bf16"),
+        (jax_like, "bf16"),
+    ]
+    try:
+        import torch
+    except ImportError:
+        return spellings
+    return [*spellings, (torch.float32, "f32"), (torch.bfloat16, "bf16"), (torch.half, "f16")]
+
+
+@pytest.mark.parametrize(("given", "dtype"), _dtype_spellings())
+def test_dtype_generics_accept_numpy_torch_and_jax_spellings(given: object, dtype: str) -> None:
+    model = bind(checked(MODEL), generics={"H": 8, "Heads": 2, "T": given})
+    assert model.generics["T"] == dtype
+    assert model.tensors["scale"].type.dtype == dtype
+
+
+def test_dtype_generics_refuse_what_is_no_dtype_of_the_class() -> None:
+    program = checked(MODEL)
+    with pytest.raises(LinnetError, match=r"must be Float, but `i64` \(numpy.int64\) is not"):
+        bind(program, generics={"H": 8, "Heads": 2, "T": np.int64})
+    for wrong in (np.zeros(3, np.float32), None, float, "i8x", np.complex64):
+        with pytest.raises(LinnetError, match="expected a dtype such as"):
+            bind(program, generics={"H": 8, "Heads": 2, "T": wrong})
 
 
 def test_failing_where_names_the_clause_and_values() -> None:

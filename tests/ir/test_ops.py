@@ -30,6 +30,7 @@ def test_every_kind_of_the_contract_has_a_rule() -> None:
         "add", "sub", "mul", "div", "rem", "max", "min", "and", "or", "xor", "shl", "shr",
         "eq", "ne", "lt", "le", "gt", "ge", "select", "broadcast", "reshape", "permute",
         "slice", "concat", "gather", "take", "reduce", "contract", "while", "if", "call",
+        "cumsum",  # language-extensions 0.5
     }  # fmt: skip
     assert contract == ops.OP_KINDS
 

@@ -175,6 +175,15 @@ def test_argmax_needs_an_axis() -> None:
         (TensorType((), "f32"),),
         contract.state_outputs,
         contract.update_modes,
+        contract.checks,
     )
     with pytest.raises(LinnetError, match="needs a first result with an axis"):
         with_argmax(cache_graph(), scalar)
+
+
+def test_the_contract_carries_the_input_checks() -> None:
+    """`pos` writes the cache of `S` positions: the runtime checks it before each run."""
+    contract = read_contract(cache_graph(), cache_function(), KINDS)
+    (found,) = contract.checks.ranges
+    assert (found.name, found.low.value, found.high.value) == ("pos", 0, S - 1)
+    assert with_argmax(cache_graph(), contract)[1].checks is contract.checks

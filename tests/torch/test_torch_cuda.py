@@ -55,3 +55,18 @@ def test_module_moves_with_to() -> None:
         assert m.device.type == "cuda"
         got = m(ids.cuda()).cpu()
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_gpu_inputs_are_converted_and_host_inputs_still_checked() -> None:
+    """int64 ids on the GPU cross as i32 (their values unchecked: they stay on the
+    device); a Python position is on the host and is checked as on the CPU."""
+    weights = {k: torch.from_numpy(v) for k, v in llama_weights().items()}
+    gpu = lt.load(LLAMA, generics=GENERICS, weights=weights, device="cuda")
+    ids = torch.tensor([[3, 17, 5, 9]], dtype=torch.int32, device="cuda")
+    with torch.no_grad():
+        narrow = gpu(ids)
+        wide = gpu(ids.to(torch.int64))
+    torch.testing.assert_close(wide, narrow, rtol=0, atol=0)
+    step = torch.tensor([[11]], dtype=torch.int32, device="cuda")
+    with pytest.raises(LinnetError, match=r"input `pos` 8 is outside 0\.\.7: the cache holds"):
+        gpu.run_entry("decode", [step, 8])

@@ -6,7 +6,9 @@ E1207). Out: the call's type, a `CallInfo` (with `dtype_arg` and `axis`),
 and the diagnostics of 10.2/10.3: E2102 arguments, E2110/E2111/E2112
 generics, E2104 operand classes, E2114 `select` conditions, E2123 `iota`
 lengths, E2203 reshape counts, E2207 `broadcast_to`, E2209/E2210 axes,
-E2202/E2103 `concat` operands, E2190 reserved functions.
+E2202/E2103 `concat` operands, E2190 reserved functions; `cumsum`
+(language-extensions section 5: E2102 arguments, E2101 not a tensor, E2112
+a dtype that is not Numeric, E2209/E2210 its axis).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ SIGNATURES = {
     "permute": "permute(x, [p0, ..., pn-1])",
     "broadcast_to": "broadcast_to(x, [d1, ..., dk])",
     "concat": "concat(t1, t2, ..., axis = k)",
+    "cumsum": "cumsum(x, axis = k)",
     "iota": "iota<T = i64>(n)",
     "fill": "fill<T>(shape, v)",
     "min": "min(a, b)",
@@ -130,7 +133,7 @@ def check_prelude_call(chk: BodyChecker, call: ast.Call, name: str, expected: Ty
     for arg in call.args:
         if arg.name is None:
             pc.args.append(arg.value)
-        elif name == "concat" and arg.name.name == "axis" and axis_arg is None:
+        elif name in ("concat", "cumsum") and arg.name.name == "axis" and axis_arg is None:
             axis_arg = arg
         else:
             pc.error(
@@ -152,6 +155,8 @@ def check_prelude_call(chk: BodyChecker, call: ast.Call, name: str, expected: Ty
     result_axis: list[int | None] = [None]
     if name == "concat":
         result = _concat(pc, axis_arg, result_axis)
+    elif name == "cumsum":
+        result = _cumsum(pc, axis_arg, result_axis)
     else:
         result = rule(pc)
     if not isinstance(result, ErrorType):
@@ -647,6 +652,71 @@ def _concat(pc: PreludeCall, axis_arg: ast.Arg | None, out_axis: list[int | None
     shape = list(first.shape)
     shape[position] = total
     return TensorType(tuple(shape), first.dtype)
+
+
+def _constant_axis(pc: PreludeCall, axis_arg: ast.Arg, x: TensorType) -> int | None:
+    """The axis `k` of `concat`/`cumsum` as a position in `x` (10.3: a pack counts as one
+    unit and no pack may lie between the counted end and the axis), or None after E2209/E2210."""
+    axis_type = pc.chk.expr(axis_arg.value)
+    k = axis_type.value.as_int() if isinstance(axis_type, CtIntType) else None
+    if k is None:
+        if not isinstance(axis_type, ErrorType):
+            pc.error(
+                "E2209",
+                f"the `axis` of `{pc.name}` must be an integer constant",
+                axis_arg.value,
+                f"found {show(axis_type)}",
+            )
+        return None
+    n = len(x.shape)
+    position = k if k >= 0 else n + k
+    span = range(0, position + 1) if k >= 0 else range(position, n)
+    if not 0 <= position < n or any(type(x.shape[i]) is Symbol for i in span):
+        pc.error(
+            "E2210",
+            f"axis {k} does not name a dimension of `{x!r}`",
+            axis_arg.value,
+            "invalid axis",
+        )
+        return None
+    return position
+
+
+def _cumsum(pc: PreludeCall, axis_arg: ast.Arg | None, out_axis: list[int | None]) -> Type:
+    """`cumsum(x, axis = k)`: inclusive running sums along `k`, in `x`'s own dtype."""
+    chk = pc.chk
+    types = [chk.expr(a) for a in pc.args]
+    if axis_arg is None or len(pc.args) != 1:
+        if axis_arg is not None:
+            chk.expr(axis_arg.value)
+        return pc.error(
+            "E2102",
+            "`cumsum` takes a tensor and `axis = k`",
+            pc.call,
+            "wrong arguments",
+            notes=pc.signature_note(),
+        )
+    (x,) = types
+    if isinstance(x, ErrorType):
+        chk.expr(axis_arg.value)
+        return ERROR
+    if not isinstance(x, TensorType):
+        chk.expr(axis_arg.value)
+        return pc.error("E2101", "`cumsum` takes a tensor", pc.args[0], f"found {show(x)}")
+    if not in_class(x.dtype, "Numeric"):
+        chk.expr(axis_arg.value)
+        return pc.error(
+            "E2112",
+            f"`cumsum` needs a Numeric dtype, found `{x.dtype}`",
+            pc.args[0],
+            "not Numeric",
+            help=("convert first, e.g. `cast<i32>(flags)` to count `true` values",),
+        )
+    position = _constant_axis(pc, axis_arg, x)
+    if position is None:
+        return ERROR
+    out_axis[0] = position
+    return x
 
 
 def _item_equal(a: ShapeItem, b: ShapeItem, facts: object) -> bool:

@@ -49,7 +49,7 @@ from linnet.check.types import (
 )
 from linnet.check.types import TensorType as CheckedTensor
 from linnet.errors import InternalError, LinnetError
-from linnet.ir.core import TensorType
+from linnet.ir.core import TensorType, dtype_named
 from linnet.ir.env import Env, GenericValue, evaluate_generic, show_value
 from linnet.records import field, record
 
@@ -297,11 +297,17 @@ def parse_generic(g: GenericInfo, raw: object, owner: str) -> GenericValue:
         if any(d is None or d < 0 for d in dims):
             raise LinnetError(f"{what} is a `Shape`: expected non-negative integers, got {raw!r}")
         return tuple(d for d in dims if d is not None)
-    if not isinstance(raw, str) or raw not in SCALAR_DTYPES:
-        raise LinnetError(f"{what} is a dtype: expected a dtype name such as `f32`, got {raw!r}")
-    if not in_class(SCALAR_DTYPES[raw], g.kind):
-        raise LinnetError(f"{what} must be {g.kind}, but `{raw}` is not")
-    return raw
+    name = dtype_named(raw)
+    if name is None or name not in SCALAR_DTYPES:
+        raise LinnetError(
+            f"{what} is a dtype: expected a dtype such as `f32`, `float32`, `torch.float32` "
+            f"or `np.float32`, got {raw!r}"
+        )
+    if not in_class(SCALAR_DTYPES[name], g.kind):
+        spelled = f"{raw.__module__}.{raw.__qualname__}" if isinstance(raw, type) else str(raw)
+        shown = f"`{name}`" if isinstance(raw, str) else f"`{name}` ({spelled})"
+        raise LinnetError(f"{what} must be {g.kind}, but {shown} is not")
+    return name
 
 
 def _as_int(raw: object) -> int | None:

@@ -81,6 +81,33 @@ def dtype_of_numpy(np_dtype: object) -> str:
     return _FROM_NUMPY[name]
 
 
+def dtype_named(raw: object) -> str | None:
+    """Our dtype name for what a user may pass as a dtype: ours (`f32`), NumPy's name
+    (`float32`, `bfloat16`, `int64`), a NumPy dtype or scalar type (`np.float32`), a
+    torch dtype (`torch.float32`) or a JAX scalar type (`jnp.bfloat16`); None otherwise.
+
+    Neither torch nor JAX is imported to tell: a torch dtype is recognised when torch
+    is already imported (whoever holds one has), a JAX scalar type by the NumPy
+    `dtype` it carries.
+    """
+    import sys
+
+    import numpy as np
+
+    if isinstance(raw, str):
+        return raw if raw in _NUMPY_NAMES else _FROM_NUMPY.get(raw)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(raw, torch.dtype):
+        return _FROM_NUMPY.get(str(raw).removeprefix("torch."))
+    if isinstance(raw, type):
+        # JAX's scalar types are classes that carry a NumPy dtype
+        carried = getattr(raw, "dtype", None)
+        raw = np.dtype(raw) if issubclass(raw, np.generic) else carried
+    if isinstance(raw, np.dtype):
+        return _FROM_NUMPY.get(str(raw))
+    return None
+
+
 @record(frozen=True)
 class TensorType:
     """A static tensor type: the shape (rank 0 is a scalar) and a dtype from `DTYPES`."""
@@ -345,6 +372,9 @@ class Builder:
 
     def concat(self, xs: Sequence[Value], axis: int) -> Value:
         return self.emit("concat", tuple(xs), {"axis": int(axis)})
+
+    def cumsum(self, x: Value, axis: int) -> Value:
+        return self.emit("cumsum", (x,), {"axis": int(axis)})
 
     def gather(self, x: Value, indices: Value, axis: int) -> Value:
         return self.emit("gather", (x, indices), {"axis": int(axis)})

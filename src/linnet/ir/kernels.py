@@ -249,6 +249,29 @@ def kernel_slice(op: Op, args: Sequence[Array]) -> Array:
     return finish(op, args[0][index])
 
 
+def kernel_cumsum(op: Op, args: Sequence[Array]) -> Array:
+    """Running sums in the operand's own dtype (language-extensions 5.2): integers wrap,
+    f32/f64 add in their dtype, f16/bf16 add in f32 and round to the dtype at every step."""
+    (x,) = args
+    axis = op.attrs["axis"]
+    assert isinstance(axis, int)
+    dtype = op.operands[0].type.dtype
+    if dtype not in _LOW_FLOATS:
+        with np.errstate(over="ignore"):
+            return finish(op, np.cumsum(x, axis=axis, dtype=x.dtype))
+    target = numpy_dtype(dtype)
+    steps = np.moveaxis(x, axis, 0)
+    out = np.empty(steps.shape, dtype=target)
+    f32 = np.dtype(np.float32)
+    running: Array = np.zeros(steps.shape[1:], dtype=f32)
+    for i in range(steps.shape[0]):
+        total: Array = np.add(running, convert(steps[i], f32))
+        rounded = convert(total, target)
+        out[i] = rounded
+        running = convert(rounded, f32)
+    return finish(op, np.moveaxis(out, 0, axis))
+
+
 def kernel_concat(op: Op, args: Sequence[Array]) -> Array:
     axis = op.attrs["axis"]
     assert isinstance(axis, int)
@@ -367,6 +390,7 @@ KERNELS: dict[str, Kernel] = {
     "permute": kernel_permute,
     "slice": kernel_slice,
     "concat": kernel_concat,
+    "cumsum": kernel_cumsum,
     "gather": kernel_gather,
     "take": kernel_take,
     "reduce": kernel_reduce,

@@ -332,6 +332,26 @@ def check_slice(
     return (TensorType(shape, x.dtype),)
 
 
+def check_cumsum(
+    kind: str,
+    operands: Sequence[TensorType],
+    attrs: Mapping[str, object],
+    regions: Sequence[Region],
+    given: Types | None,
+) -> Types:
+    """Inclusive running sums along `axis` (language-extensions 5.2), in the operand's dtype."""
+    _no_regions(kind, regions)
+    if len(operands) != 1:
+        raise fail(kind, "takes one operand")
+    (x,) = operands
+    if x.dtype == "bool":
+        raise fail(kind, "needs a numeric operand, not bool")
+    axis = _int_attr(kind, attrs, "axis")
+    if not 0 <= axis < x.rank:
+        raise fail(kind, f"axis {axis} is out of range for rank {x.rank}")
+    return (x,)
+
+
 def check_concat(
     kind: str,
     operands: Sequence[TensorType],
@@ -542,6 +562,7 @@ RULES: dict[str, Rule] = {
     "permute": check_permute,
     "slice": check_slice,
     "concat": check_concat,
+    "cumsum": check_cumsum,
     "gather": check_gather,
     "take": check_take,
     "reduce": check_reduce,

@@ -19,7 +19,8 @@ Op kinds (the 19 list), with their attrs:
   not neg exp log sqrt rsqrt sin cos tanh abs`, `compare {predicate:
   eq|ne|lt|le|gt|ge}`, `cast {dtype}`, `select`.
 - shape `reshape {shape}`, `permute {perm}`, `broadcast {shape}`, `concat
-  {axis, axis_from_end}`, `fill {shape}`, `iota {length, dtype}`, `slice {axes}`
+  {axis, axis_from_end}`, `cumsum {axis, axis_from_end}` (inclusive running sums in the
+  operand's dtype), `fill {shape}`, `iota {length, dtype}`, `slice {axes}`
   with one entry per shape unit of the operand: `{start, stop, step, extent}`,
   `{squeeze: true, index: dim}` / `{squeeze: true, operand: k}` (a runtime
   position, operand k) or `{whole: true, unit}` (kept as it is; a pack unit
@@ -590,6 +591,12 @@ class ExprEncoder:
         if name == "permute":
             perm = [d.as_int() for d in _shape_dims(self.program.types.get(args[1]))]
             return self._emit1("permute", [self.expr(args[0])], rt, {"perm": perm})
+        if name == "cumsum":
+            x = self.program.types.get(args[0])
+            rank = len(x.shape) if isinstance(x, TensorType) else 0
+            axis = info.axis if info.axis is not None else 0
+            running: Json = {"axis": axis, "axis_from_end": axis - rank}
+            return self._emit1("cumsum", [self.expr(args[0])], rt, running)
         if name == "concat":
             tensors = [self.expr(a) for a in args[:-1]]
             first = self.program.types.get(args[0])

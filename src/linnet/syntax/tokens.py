@@ -48,10 +48,10 @@ SCALAR_TYPES: frozenset[str] = frozenset(
 KIND_NAMES: tuple[str, ...] = ("Dim", "Shape", "DType", "Numeric", "Integer", "Float")
 REDUCTION_WORDS: frozenset[str] = frozenset("sum prod max min any all".split())
 
-# Section 10.1: no declaration may use these (E1207).
+# Section 10.1 (and `cumsum`, language-extensions 0.3): no declaration may use these (E1207).
 PRELUDE_FUNCTIONS: frozenset[str] = frozenset(
     """cast reshape permute broadcast_to concat iota fill exp log sqrt rsqrt sin cos
-    tanh abs min max shl shr select pad gather scatter""".split()
+    tanh abs min max shl shr select pad gather scatter cumsum""".split()
 )
 PRELUDE_NAMES: frozenset[str] = (
     PRELUDE_FUNCTIONS | SCALAR_TYPES | frozenset(KIND_NAMES) | frozenset({"Tensor"})

@@ -362,6 +362,10 @@ class _Emitter:
         xs = ", ".join(self.name(v) for v in op.operands)
         self.assign(op, f"torch.cat(({xs},), dim={op.attrs['axis']})")
 
+    def emit_cumsum(self, op: Op) -> None:
+        (x,) = (self.name(v) for v in op.operands)
+        self.assign(op, f"torch.cumsum({x}, dim={op.attrs['axis']}, dtype={x}.dtype)")
+
     def emit_gather(self, op: Op) -> None:
         x, i = (self.name(v) for v in op.operands)
         self.assign(op, f"ops.gather({x}, {i}, {op.attrs['axis']})")

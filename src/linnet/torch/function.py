@@ -20,6 +20,7 @@ from linnet.check.program import CheckedProgram
 from linnet.errors import LinnetError
 from linnet.ir.bind import EntrySignature, generics_key, module_entry
 from linnet.ir.core import TensorType
+from linnet.ir.inputs import check_inputs, order_inputs
 from linnet.pipeline import check_program
 from linnet.torch.load import Source
 from linnet.torch.module import Prepared, Result, convert_input, make_runner
@@ -58,20 +59,15 @@ class LinnetFunction(nn.Module):
     ) -> Result:
         """Run the entry; `generics` fixes generics that no input determines."""
         owner = f"entry `{self.name}`"
-        values = list(inputs)
-        remaining = dict(named or {})
-        for spec in self.signature.inputs[len(values) :]:
-            if spec.name not in remaining:
-                break
-            values.append(remaining.pop(spec.name))
-        if remaining:
-            raise LinnetError(f"{owner} has no input `{next(iter(remaining))}`")
+        signature = self.signature
+        values = order_inputs(signature, inputs, named or {})
         converted = [
-            convert_input(v, spec.name, spec.type, self.device, owner)
-            for v, spec in zip(values, self.signature.inputs, strict=False)
+            convert_input(v, spec, signature, self.device, owner)
+            for v, spec in zip(values, signature.inputs[: len(values)], strict=True)
         ]
-        prepared = self.prepare([t for _, t in converted], generics)
-        results, _ = prepared.run({}, {}, [t for t, _ in converted])
+        prepared = self.prepare([t for _, t, _ in converted], generics)
+        check_inputs(prepared.checks, [h for _, _, h in converted], owner)
+        results, _ = prepared.run({}, {}, [t for t, _, _ in converted])
         if not results:
             return None
         return results[0] if len(results) == 1 else tuple(results)

@@ -29,16 +29,24 @@ import numpy as np
 import torch
 from torch import nn
 
-from linnet.check.types import ScalarDType, ScalarType
-from linnet.errors import InternalError, LinnetError
-from linnet.ir.bind import BoundModel, EntrySignature, generics_key
-from linnet.ir.core import Function, TensorType, dtype_of_numpy, numpy_dtype
+from linnet.errors import LinnetError
+from linnet.ir.bind import BoundModel, EntrySignature, InputSpec, generics_key
+from linnet.ir.core import Function, TensorType
+from linnet.ir.inputs import (
+    check_inputs,
+    crossing_dtype,
+    declared_dtype,
+    host_input,
+    input_checks,
+    order_inputs,
+)
 from linnet.torch.analysis import walk
 from linnet.torch.codegen import CompiledFunction
-from linnet.torch.dtypes import FLOATS, linnet_dtype, storage, to_torch
+from linnet.torch.dtypes import INTEGERS, linnet_dtype, storage, to_torch
 from linnet.torch.runner import Runner
 
 Result = torch.Tensor | tuple[torch.Tensor, ...] | None
+Array = np.ndarray[Any, Any]
 
 
 class _Node(nn.Module):
@@ -55,11 +63,18 @@ def make_runner(
 
 
 class Prepared:
-    """One entry lowered for one set of input types, ready to run."""
+    """One entry lowered for one set of input types, ready to run.
 
-    def __init__(self, fn: Function, run: Runner | CompiledFunction) -> None:
+    `checks` are what `linnet.ir.inputs.check_inputs` refuses before a call runs
+    (`model` names the extents in its messages).
+    """
+
+    def __init__(
+        self, fn: Function, run: Runner | CompiledFunction, model: BoundModel | None = None
+    ) -> None:
         self.function = fn
         self.run = run
+        self.checks = input_checks(fn, model)
         self.weights = sorted(
             {str(op.attrs["path"]) for op in walk(fn.body) if op.kind in ("param", "buffer")}
         )
@@ -71,55 +86,41 @@ class Prepared:
 
 
 def convert_input(
-    value: object, name: str, declared: object, device: torch.device, owner: str
-) -> tuple[torch.Tensor, TensorType]:
-    """An entry input as a storage tensor and its IR type; LinnetError naming the input."""
+    value: object,
+    spec: InputSpec,
+    signature: EntrySignature,
+    device: torch.device,
+    owner: str,
+) -> tuple[torch.Tensor, TensorType, Array | None]:
+    """An entry input as a storage tensor of the dtype the entry receives, its IR type,
+    and its host values for `check_inputs` (None for a tensor on a GPU, whose values are
+    not checked, and for non-integer tensors); LinnetError naming the input."""
     if isinstance(value, torch.Tensor):
         dtype = linnet_dtype(value.dtype)
         if dtype is None:
             raise LinnetError(
-                f"{owner}: input `{name}` has dtype {value.dtype}, which Linnet lacks"
+                f"{owner}: input `{spec.name}` has dtype {value.dtype}, which Linnet lacks"
             )
         if not same_device(value.device, device):
             raise LinnetError(
-                f"{owner}: input `{name}` is on {value.device}, the model on {device}"
+                f"{owner}: input `{spec.name}` is on {value.device}, the model on {device}"
             )
-        return value, TensorType(tuple(value.shape), dtype)
-    if isinstance(value, np.ndarray):
-        try:
-            dtype = dtype_of_numpy(value.dtype)
-        except InternalError:
-            raise LinnetError(
-                f"{owner}: input `{name}` has NumPy dtype {value.dtype}, which Linnet lacks"
-            ) from None
-        return to_torch(value, dtype, device), TensorType(tuple(value.shape), dtype)
-    if isinstance(value, bool | int | float):
-        if not isinstance(declared, ScalarType):
-            raise LinnetError(f"{owner}: input `{name}` needs a tensor, got a Python number")
-        if not isinstance(declared.dtype, ScalarDType):
-            raise LinnetError(
-                f"{owner}: input `{name}` has a generic dtype; pass a rank-0 tensor instead"
-            )
-        dtype = declared.dtype.name
-        return _scalar(value, dtype, device, f"{owner}: input `{name}`"), TensorType((), dtype)
-    raise LinnetError(f"{owner}: input `{name}` must be a tensor, got {type(value).__name__}")
+        target = crossing_dtype(dtype, declared_dtype(signature, spec))
+        on_host = value.device.type == "cpu" and dtype in INTEGERS
+        host = value.detach().numpy() if on_host else None
+        tensor = value if target == dtype else value.to(storage(target))
+        return tensor, TensorType(tuple(value.shape), target), host
+    given = host_input(value, spec, signature, owner)
+    if given is None:
+        raise LinnetError(
+            f"{owner}: input `{spec.name}` must be a tensor, got {type(value).__name__}"
+        )
+    return to_torch(given.array, given.dtype, device), given.type, given.array
 
 
 def same_device(a: torch.device, b: torch.device) -> bool:
     """`cuda` and `cuda:0` name one device when the index is left out."""
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
-
-
-def _scalar(value: bool | float, dtype: str, device: torch.device, what: str) -> torch.Tensor:
-    """A Python number as a rank-0 tensor of `dtype`, refusing silent conversions."""
-    kind = "bool" if isinstance(value, bool) else "int" if isinstance(value, int) else "float"
-    fits = {"bool": dtype == "bool", "int": dtype != "bool", "float": dtype in FLOATS}[kind]
-    if not fits:
-        raise LinnetError(f"{what} is {dtype}; got a Python {kind} ({value!r})")
-    try:
-        return to_torch(np.asarray(value, dtype=numpy_dtype(dtype)), dtype, device)
-    except OverflowError:
-        raise LinnetError(f"{what} is {dtype}; {value!r} is out of its range") from None
 
 
 class LinnetModule(nn.Module):
@@ -275,7 +276,14 @@ class LinnetModule(nn.Module):
     ) -> Result:
         """Run entry `name`; `inputs` in order or by input name; `generics` fixes entry
         generics that no input determines. One result comes back as a tensor, several as
-        a tuple, none as None."""
+        a tuple, none as None.
+
+        Before anything runs the inputs are checked (`linnet.ir.inputs`): their number,
+        Python numbers against the input's dtype, integer inputs used as indices against
+        their range (a token id within the vocabulary, a cache position within the cache),
+        each a `LinnetError`. Integer tensors of another integer dtype (int64 token ids)
+        are converted to the declared one when every value fits. Tensors on a GPU skip
+        the value checks (reading them would synchronise the device)."""
         if isinstance(inputs, Mapping):
             return self._run(name, (), inputs, generics)
         return self._run(name, inputs, {}, generics)
@@ -288,14 +296,15 @@ class LinnetModule(nn.Module):
         generics: Mapping[str, object] | None,
     ) -> Result:
         signature = self._signature(name)
-        values = self._order(signature, positional, named)
+        values = order_inputs(signature, positional, named)
         owner = f"entry `{name}`"
         converted = [
-            convert_input(v, spec.name, spec.type, self._device, owner)
-            for v, spec in zip(values, signature.inputs, strict=False)
+            convert_input(v, spec, signature, self._device, owner)
+            for v, spec in zip(values, signature.inputs[: len(values)], strict=True)
         ]
-        tensors = [t for t, _ in converted]
-        prepared = self.prepare(name, [t for _, t in converted], generics)
+        tensors = [t for t, _, _ in converted]
+        prepared = self.prepare(name, [t for _, t, _ in converted], generics)
+        check_inputs(prepared.checks, [h for _, _, h in converted], owner)
         weights = {p: self._get(p) for p in prepared.weights}
         state = {p: self._get(p) for p in prepared.state}
         results, updates = prepared.run(weights, state, tensors)
@@ -318,25 +327,6 @@ class LinnetModule(nn.Module):
             raise LinnetError(f"the model has no entry `{name}` (entries: {listed})")
         return found
 
-    @staticmethod
-    def _order(
-        signature: EntrySignature, positional: Sequence[object], named: Mapping[str, object]
-    ) -> list[object]:
-        by_name = dict(named)
-        ordered = list(positional)
-        specs = signature.inputs
-        for spec in specs[len(ordered) :]:
-            if spec.name in by_name:
-                ordered.append(by_name.pop(spec.name))
-            else:
-                break
-        if by_name:
-            known = ", ".join(f"`{s.name}`" for s in specs)
-            raise LinnetError(
-                f"entry `{signature.name}` has no input `{next(iter(by_name))}` (inputs: {known})"
-            )
-        return ordered
-
     def prepare(
         self,
         name: str,
@@ -353,7 +343,7 @@ class LinnetModule(nn.Module):
             fn = lower_entry(self._bound, name, input_types, self._present, generics=generics)
             fn = optimize(fn)
             run = make_runner(fn, self._device, compile=self._compiled, trainable=self._trainable)
-            found = self._prepared[key] = Prepared(fn, run)
+            found = self._prepared[key] = Prepared(fn, run, self._bound)
         self._latest[name] = found
         return found
 

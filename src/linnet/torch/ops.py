@@ -372,6 +372,16 @@ def make_concat(op: Op, context: Context) -> Kernel:
     return lambda *xs: torch.cat(xs, dim=axis)
 
 
+def cumsum(x: torch.Tensor, axis: int) -> torch.Tensor:
+    """Running sums in `x`'s own dtype: `torch.cumsum` widens integers to int64 unless told."""
+    return torch.cumsum(x, dim=axis, dtype=x.dtype)
+
+
+def make_cumsum(op: Op, context: Context) -> Kernel:
+    axis = int_attr(op, "axis")
+    return lambda x: cumsum(x, axis)
+
+
 def gather(x: torch.Tensor, indices: torch.Tensor, axis: int) -> torch.Tensor:
     """`numpy.take(x, indices, axis)` (rank-0 indices remove the axis)."""
     picked = torch.index_select(x, axis, indices.reshape(-1).to(torch.int64))
@@ -552,6 +562,7 @@ MAKERS: dict[str, Maker] = {
     "permute": make_permute,
     "slice": make_slice,
     "concat": make_concat,
+    "cumsum": make_cumsum,
     "gather": make_gather,
     "take": make_take,
     "reduce": make_reduce,

@@ -13,6 +13,7 @@ everything else becomes ops:
 | `exp log sqrt rsqrt sin cos tanh abs` | the unary op of the same name |
 | `min max shl shr select` | the elementwise op (broadcasting, 7.6) |
 | `reshape permute concat` | the op of the same name (`concat`'s negative axis counted from the end) |
+| `cumsum(x, axis = k)` | `cumsum` with the axis the checker resolved (language-extensions 5) |
 | `broadcast_to` | `broadcast` |
 | `iota<T>(n)` | `iota` |
 | `fill<T>(shape, v)` | `broadcast` of the scalar `v` (a runtime scalar is allowed) |
@@ -172,6 +173,9 @@ def _shape_op(lw: Lowerer, fr: Frame, name: str, args: list[LV], info: CallInfo)
         if list(axes.dims) == list(range(v.type.rank)):
             return v
         return lw.b.permute(v, axes.dims)
+    if name == "cumsum":
+        assert info.axis is not None
+        return lw.b.cumsum(lw.value(args[0]), info.axis)
     if name == "concat":
         *tensors, axis = args
         values = [lw.value(t) for t in tensors]

@@ -111,6 +111,23 @@ def lower_concat(em: Emitter, op: Op) -> Sequence[str]:
     return [em.one("Concat", names, {"axis": op.attrs["axis"]})]
 
 
+# ONNX Runtime's CumSum kernels: f32, f64, f16, i32, i64. Other dtypes add in a wider one of
+# the same kind and convert back: the low bits of a wrapped integer sum are the sum wrapped
+# in the narrow dtype, and bf16 adds in f32 rounding once at the end (within bf16's tolerance).
+_CUMSUM_VIA = {"i8": "i32", "i16": "i32", "u8": "i32", "u16": "i32", "u32": "i64", "u64": "i64"}
+_CUMSUM_VIA["bf16"] = "f32"
+
+
+def lower_cumsum(em: Emitter, op: Op) -> Sequence[str]:
+    """`cumsum` as `CumSum(x, axis)` (inclusive, forward; language-extensions 5.2)."""
+    (x,) = op.operands
+    dtype = x.type.dtype
+    via = _CUMSUM_VIA.get(dtype, dtype)
+    axis = em.const(np.asarray(op.attrs["axis"], dtype=np.int64), "i64")
+    summed = em.one("CumSum", [em.cast(em.name(x), dtype, via), axis])
+    return [em.cast(summed, via, dtype)]
+
+
 def index_tensor(em: Emitter, name: str, dtype: str) -> str:
     """Indices as i32 or i64, the dtypes ONNX `Gather`/`GatherND` accept."""
     return name if dtype in _INDEX_DTYPES else ir_cast(em, name, dtype, "i64")
@@ -145,6 +162,7 @@ RULES: dict[str, Rule] = {
     "permute": lower_permute,
     "slice": lower_slice,
     "concat": lower_concat,
+    "cumsum": lower_cumsum,
     "gather": lower_gather,
     "take": lower_take,
 }

@@ -53,7 +53,9 @@ import onnx
 from onnx import TensorProto, helper
 
 from linnet.errors import InternalError, LinnetError
+from linnet.ir.bind import BoundModel
 from linnet.ir.core import Function, Op, Region, TensorType
+from linnet.ir.inputs import InputChecks, input_checks
 from linnet.onnx.runtime.graph import GraphIndex, rename_uses, replace_nodes, subgraphs
 from linnet.onnx.runtime.values import ONNX_ELEMENT_TYPES
 from linnet.records import record
@@ -76,7 +78,8 @@ class Contract:
     entry input the graph does not take); `weights` and `state_inputs` map graph
     input names to paths; `results` are the result output names in order;
     `state_outputs` maps graph output names to state paths; `update_modes` says
-    how each assigned state path is bound.
+    how each assigned state path is bound; `checks` are what the entry's inputs are
+    checked against before a run (`linnet.ir.inputs`).
     """
 
     inputs: tuple[str | None, ...]
@@ -86,6 +89,7 @@ class Contract:
     result_types: tuple[TensorType, ...]
     state_outputs: dict[str, str]
     update_modes: dict[str, UpdateMode]
+    checks: InputChecks
 
     @property
     def fixed_addresses(self) -> bool:
@@ -109,8 +113,14 @@ def paths_read(fn: Function, kind: str) -> list[str]:
     return list(seen)
 
 
-def read_contract(proto: onnx.ModelProto, fn: Function, kinds: Mapping[str, str]) -> Contract:
-    """The `Contract` of `proto`, exported from `fn`; `kinds` maps paths to param/buffer/state.
+def read_contract(
+    proto: onnx.ModelProto,
+    fn: Function,
+    kinds: Mapping[str, str],
+    model: BoundModel | None = None,
+) -> Contract:
+    """The `Contract` of `proto`, exported from `fn`; `kinds` maps paths to param/buffer/state;
+    `model` (when given) names the extents in the messages of the input checks.
 
     `proto` is ours to change: `fold_output_identities` runs on its state outputs.
     """
@@ -164,6 +174,7 @@ def read_contract(proto: onnx.ModelProto, fn: Function, kinds: Mapping[str, str]
         tuple(v.type for v in fn.results),
         state_outputs,
         modes,
+        input_checks(fn, model),
     )
 
 
@@ -310,6 +321,7 @@ def with_argmax(proto: onnx.ModelProto, contract: Contract) -> tuple[onnx.ModelP
         types,
         contract.state_outputs,
         contract.update_modes,
+        contract.checks,
     )
     return out, variant
 

@@ -41,10 +41,10 @@ import onnx
 import onnxruntime as ort  # type: ignore[import-untyped]
 
 from linnet.check.program import CheckedProgram
-from linnet.check.types import ScalarDType, ScalarType
 from linnet.errors import InternalError, LinnetError
-from linnet.ir.bind import BoundModel, EntrySignature, generics_key
+from linnet.ir.bind import BoundModel, EntrySignature, InputSpec, generics_key
 from linnet.ir.core import Function, TensorType, dtype_of_numpy
+from linnet.ir.inputs import HostInput, check_inputs, host_input, order_inputs
 from linnet.onnx.runtime.contract import Contract, read_contract, with_argmax
 from linnet.onnx.runtime.inplace import find_writes, rewrite, with_probes
 from linnet.onnx.runtime.session import EntrySession, can_capture
@@ -224,18 +224,31 @@ class OnnxModel:
         place and no result is bf16; otherwise it runs as usual. `keep_on_device`
         returns `OrtValue`s on the model's device instead of host arrays. One result
         comes back as is, several as a tuple, none as None.
+
+        Before anything runs the inputs are checked (`linnet.ir.inputs`), alike on every
+        backend: their number, Python numbers against the input's dtype, integer inputs
+        used as indices against their range (a token id within the vocabulary, a cache
+        position within the cache), each a `LinnetError`. Integer arrays of another
+        integer dtype (int64 token ids) are converted to the declared one when every
+        value fits. `OrtValue`s skip the value checks (they live on the device) and must
+        have the declared dtype.
         """
         signature = self._signature(name)
-        values = _order(signature, inputs)
         owner = f"entry `{name}`"
-        converted = [
-            self._input(v, spec.name, spec.type, owner)
-            for v, spec in zip(values, signature.inputs, strict=False)
+        if isinstance(inputs, Mapping):
+            values = order_inputs(signature, (), inputs)
+        else:
+            values = order_inputs(signature, inputs, {})
+        given = [
+            self._input(v, spec, signature, owner)
+            for v, spec in zip(values, signature.inputs[: len(values)], strict=True)
         ]
-        types = [t for _, t in converted]
+        types = [type_of_ortvalue(v) if isinstance(v, ort.OrtValue) else v.type for v in given]
         session = self.prepare(name, types, generics, argmax=argmax, cuda_graph=cuda_graph)
+        hosts = [None if isinstance(v, ort.OrtValue) else v.array for v in given]
+        check_inputs(session.contract.checks, hosts, owner)
         results = session.run(
-            [v for v, _ in converted], types, self._states, keep_on_device=keep_on_device
+            [self._on_device(v) for v in given], types, self._states, keep_on_device=keep_on_device
         )
         if not results:
             return None
@@ -264,7 +277,7 @@ class OnnxModel:
                 proto, fn = self.export(name, input_types, generics)
                 base = self._exported[(*key[:-1], False)] = (
                     proto,
-                    read_contract(proto, fn, self.kinds),
+                    read_contract(proto, fn, self.kinds, self.model),
                 )
             exported = self._exported[key] = with_argmax(*base) if argmax else base
         proto, contract = exported
@@ -343,33 +356,27 @@ class OnnxModel:
         return found
 
     def _input(
-        self, value: object, name: str, declared: object, owner: str
-    ) -> tuple[ort.OrtValue, TensorType]:
-        """An entry input as an `OrtValue` and its IR type; LinnetError naming the input."""
+        self, value: object, spec: InputSpec, signature: EntrySignature, owner: str
+    ) -> ort.OrtValue | HostInput:
+        """An entry input as given on the device, or on the host (`linnet.ir.inputs`)."""
         if isinstance(value, ort.OrtValue):
-            return value, type_of_ortvalue(value)
-        if isinstance(value, bool | int | float) and not isinstance(value, np.generic):
-            if not isinstance(declared, ScalarType):
-                raise LinnetError(f"{owner}: input `{name}` needs a tensor, got a Python number")
-            if not isinstance(declared.dtype, ScalarDType):
-                raise LinnetError(
-                    f"{owner}: input `{name}` has a generic dtype; pass a rank-0 array instead"
-                )
-            dtype = declared.dtype.name
-            array = np.asarray(value)
-        elif isinstance(value, np.ndarray | np.generic):
-            array = np.asarray(value)
-            dtype = _dtype_of(array, f"{owner}: input `{name}`")
-        else:
+            return value
+        given = host_input(value, spec, signature, owner)
+        if given is None:
             raise LinnetError(
-                f"{owner}: input `{name}` must be a NumPy array or an OrtValue, "
+                f"{owner}: input `{spec.name}` must be a NumPy array or an OrtValue, "
                 f"got {type(value).__name__}"
             )
-        host = host_array(array, dtype)
-        t = TensorType(tuple(host.shape), dtype)
+        return given
+
+    def _on_device(self, value: ort.OrtValue | HostInput) -> ort.OrtValue:
+        """A checked input as an `OrtValue` of the dtype the entry receives."""
+        if isinstance(value, ort.OrtValue):
+            return value
+        host = host_array(value.array, value.dtype)
         if self.device.kind == "cpu":
-            return ortvalue(host, dtype, self.device), t
-        return placed(host, dtype, self.device), t
+            return ortvalue(host, value.dtype, self.device)
+        return placed(host, value.dtype, self.device)
 
 
 def _dtype_of(array: np.ndarray[Any, Any], what: str) -> str:
@@ -377,23 +384,3 @@ def _dtype_of(array: np.ndarray[Any, Any], what: str) -> str:
         return dtype_of_numpy(array.dtype)
     except InternalError:
         raise LinnetError(f"{what} has NumPy dtype {array.dtype}, which Linnet lacks") from None
-
-
-def _order(
-    signature: EntrySignature, inputs: Sequence[object] | Mapping[str, object]
-) -> list[object]:
-    """The inputs in declaration order (a mapping is matched by input name)."""
-    if not isinstance(inputs, Mapping):
-        return list(inputs)
-    by_name = dict(inputs)
-    ordered: list[object] = []
-    for spec in signature.inputs:
-        if spec.name not in by_name:
-            break
-        ordered.append(by_name.pop(spec.name))
-    if by_name:
-        known = ", ".join(f"`{s.name}`" for s in signature.inputs)
-        raise LinnetError(
-            f"entry `{signature.name}` has no input `{next(iter(by_name))}` (inputs: {known})"
-        )
-    return ordered

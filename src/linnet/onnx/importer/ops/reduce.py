@@ -393,6 +393,11 @@ def cumulative(ctx: Context) -> None:
     axis = norm_axis(axis_in[0], x.rank)
     exclusive = bool(ctx.attr("exclusive", 0))
     reverse = bool(ctx.attr("reverse", 0))
+    if ctx.node.op == "CumSum" and not exclusive and not reverse:
+        # The plain running sum is the prelude's `cumsum` (language-extensions 5).
+        running = build.call("cumsum", ctx.ref(x), named=[("axis", build.int_lit(axis))])
+        ctx.output(0, ctx.let(running, x.shape, x.dtype, "running"))
+        return
     extent = x.shape[axis]
     pos = ctx.let(
         build.call("iota", ctx.dim(extent), generics=[build.named_type("i64")]),
