@@ -48,7 +48,7 @@ from linnet.check.decls import (
     PreludeFn,
 )
 from linnet.check.program import CheckedProgram
-from linnet.check.types import ScalarDType, ScalarType, TensorType
+from linnet.check.types import ScalarType, TensorType
 from linnet.diagnostics import Diagnostic
 from linnet.pipeline import check_paths
 from linnet.source import SourceFile
@@ -265,7 +265,8 @@ def _file_mistakes(file: Path, rng: random.Random, per_kind: int) -> list[Mistak
     out += _use_mistakes(module.file, text, origin, taken, rng, per_kind)
     out += _call_mistakes(program, shown, text, origin, rng, per_kind)
     out += _result_dtype_mistakes(program, shown, text, origin, rng)
-    out += _generic_argument_mistakes(module.file, text, origin, rng)
+    out += _generic_argument_mistakes(module.file, text, origin, rng, program)
+    out += _argument_dtype_mistakes(program, shown, text, origin, rng)
     out += _keyword_mistakes(module.source, text, origin, taken, rng, per_kind)
     return out
 
@@ -393,11 +394,8 @@ def _use_mistakes(
 
 
 def _import_wanted(use: ast.UseDecl, item: ast.Imported) -> str:
-    """What the help for a left-out import must offer: the `use` for std, else the module."""
-    path = ".".join(p.name for p in use.path)
-    if use.path[0].name == "std":
-        return f"use {path}::{{{item.name.name}}}"
-    return "declared in module"
+    """What the help for a left-out import must offer: the `use` that was removed."""
+    return f"use {'.'.join(p.name for p in use.path)}::{{{item.name.name}}}"
 
 
 def _idents_named(file: ast.File, name: str) -> Iterator[ast.Ident]:
@@ -464,7 +462,11 @@ def _call_mistakes(
         if _line(text, call.args[1].span.start) != _line(text, call.span.start):
             continue
         assert isinstance(info.callee, FnInfo)
-        code = _swap_code(info.callee.params[0].type, first, second)
+        declared = info.callee.params[0].type
+        fixed = isinstance(declared, TensorType) and declared.dtype not in {
+            g.key for g in info.callee.generics
+        }
+        code = _swap_code(info.subst.apply(declared), fixed, first, second)
         if code:
             swappable.append((call, code))
     for call, code in rng.sample(swappable, min(per_kind, len(swappable))):
@@ -484,15 +486,18 @@ def _call_mistakes(
     return out
 
 
-def _swap_code(param: object, first: object, second: object) -> str:
+def _swap_code(param: object, fixed: bool, first: object, second: object) -> str:
     """The error swapping two arguments of these types must give, or "" if it may be valid.
 
-    `param` is the first parameter's declared type: the second argument meets it first.
+    `param` is the first parameter's type at this call: the second argument meets it
+    first. Its dtype binds there when it is one of the callee's own generics; when it is
+    `fixed` (a concrete dtype, or a block generic fixed by the child) it is compared
+    before the shape.
     """
     if isinstance(first, TensorType) and isinstance(second, TensorType):
         declared = param.dtype if isinstance(param, TensorType) else None
-        if isinstance(declared, ScalarDType) and declared is not second.dtype:
-            return "E2103"  # a concrete parameter dtype is compared before the shape
+        if fixed and declared is not second.dtype:
+            return "E2103"
         # A rank mismatch shows whatever the dtypes (a dtype generic binds to either).
         if len(first.shape) != len(second.shape) and not (first.has_pack or second.has_pack):
             return "E2202"
@@ -546,9 +551,9 @@ def _result_dtype_mistakes(
 
 
 def _generic_argument_mistakes(
-    file: ast.File, text: str, origin: str, rng: random.Random
+    file: ast.File, text: str, origin: str, rng: random.Random, program: CheckedProgram
 ) -> list[Mistake]:
-    """Block types given one generic argument too many (E2111)."""
+    """Block types given extra generic arguments, or one of the wrong kind (E2111)."""
     sites = [
         n
         for n in _walk(file.items)
@@ -571,6 +576,72 @@ def _generic_argument_mistakes(
                 "E2111",
                 _line(text, last.span.end),
                 detail=f"`{named.path[-1].name}` given extra arguments",
+            )
+        )
+        # The last argument of the wrong kind: a number for a dtype, a dtype for a `Dim`.
+        block = program.resolutions.get(named)
+        if not isinstance(block, BlockInfo) or len(block.generics) < len(named.args):
+            continue
+        kind = block.generics[len(named.args) - 1].kind
+        wrong = "f32" if kind == "Dim" else "4" if kind != "Shape" else None
+        if wrong is None:
+            continue
+        out.append(
+            Mistake(
+                "bad generic",
+                origin,
+                _replace(text, last.span.start, last.span.end, wrong),
+                "E2111",
+                _line(text, last.span.start),
+                detail=f"`{wrong}` for the {kind} generic of `{named.path[-1].name}`",
+            )
+        )
+    return out
+
+
+def _argument_dtype_mistakes(
+    program: CheckedProgram, shown: str, text: str, origin: str, rng: random.Random
+) -> list[Mistake]:
+    """A tensor argument cast to another dtype where another argument shares its dtype.
+
+    The callee's two tensor parameters declare one dtype (a generic or a concrete one),
+    so whichever binds it, the other argument disagrees: E2103 at the call.
+    """
+    sites = []
+    for call, info in sorted(program.calls.items(), key=lambda c: c[0].span.start):
+        fn = info.callee
+        if call.span.file.path != shown or not isinstance(fn, FnInfo) or len(call.args) < 2:
+            continue
+        if any(a.name is not None for a in call.args) or len(call.args) > len(fn.params):
+            continue
+        if _line(text, call.args[-1].span.end) != _line(text, call.span.start):
+            continue
+        declared = [p.type for p in fn.params[: len(call.args)]]
+        tensors = [i for i, t in enumerate(declared) if isinstance(t, TensorType)]
+        shared = [
+            (i, j)
+            for i in tensors
+            for j in tensors
+            if i < j and declared[i].dtype is declared[j].dtype  # type: ignore[union-attr]
+        ]
+        if shared:
+            first = shared[0][0]
+            arg_type = program.type_of(call.args[first].value)
+            if isinstance(arg_type, TensorType):
+                sites.append((call, first, arg_type))
+    out = []
+    for call, position, arg_type in rng.sample(sites, min(1, len(sites))):
+        arg = call.args[position].value
+        other = "f16" if str(arg_type.dtype) != "f16" else "f32"
+        source = text[arg.span.start : arg.span.end]
+        out.append(
+            Mistake(
+                "wrong dtype",
+                origin,
+                _replace(text, arg.span.start, arg.span.end, f"cast<{other}>({source})"),
+                "E2103",
+                _line(text, call.span.start),
+                detail=f"`{source}` cast to {other}",
             )
         )
     return out

@@ -360,3 +360,21 @@ def test_a_signature_note_shows_the_childs_generics() -> None:
     assert d.notes == (
         "the signature is `fn forward(x: Tensor[*S, Hidden; T]) -> Tensor[*S, Out; T]`",
     )
+
+
+def test_a_missing_import_of_the_packages_own_module_names_it(tmp_path: Path) -> None:
+    from linnet.commands.init import init_package
+    from linnet.pipeline import check_paths
+
+    init_package(tmp_path / "pkg")
+    src = tmp_path / "pkg" / "src"
+    (src / "layers.linnet").write_text(
+        "module pkg.layers\n\npub fn double(x: f32) -> f32 {\n    return x * 2.0\n}\n"
+    )
+    (src / "lib.linnet").write_text(
+        "module pkg\n\npub fn f(x: f32) -> f32 {\n    return double(x)\n}\n"
+    )
+    found = check_paths([src / "lib.linnet"], STDLIB).diagnostics
+    assert [(d.code, d.help) for d in found] == [
+        ("E1201", ("`double` is declared in `crate.layers`: add `use crate.layers::{double}`",))
+    ]

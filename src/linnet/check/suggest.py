@@ -60,10 +60,11 @@ _KEYWORDS_FOR = {
 }
 
 
-def std_items(std_root: Path) -> dict[str, tuple[tuple[str, str], ...]]:
-    """Every public top-level item of the std library: name -> (module, keyword) pairs.
+def std_items(std_root: Path, head: str = "std") -> dict[str, tuple[tuple[str, str], ...]]:
+    """Every public top-level item under a root: name -> (module path, keyword) pairs.
 
-    A textual scan (top-level `pub` declarations start a line), so it costs
+    The std library (`head` "std"), or a package's `src/` (`head` "crate"). A
+    textual scan (top-level `pub` declarations start a line), so it costs
     nothing until a lookup fails and needs no module imported. Cached per
     root and file modification times.
     """
@@ -72,17 +73,20 @@ def std_items(std_root: Path) -> dict[str, tuple[tuple[str, str], ...]]:
     files = tuple(
         (str(f), f.stat().st_mtime_ns) for f in sorted(std_root.rglob("*.linnet")) if f.is_file()
     )
-    return _scan(std_root, files)
+    return _scan(std_root, head, files)
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=8)
 def _scan(
-    std_root: Path, files: tuple[tuple[str, int], ...]
+    std_root: Path, head: str, files: tuple[tuple[str, int], ...]
 ) -> dict[str, tuple[tuple[str, str], ...]]:
     found: dict[str, list[tuple[str, str]]] = {}
     for name, _ in files:
         file = Path(name)
-        module = ".".join(("std", *file.relative_to(std_root).with_suffix("").parts))
+        parts = file.relative_to(std_root).with_suffix("").parts
+        if head == "crate" and parts == ("lib",):
+            continue  # the package root imports the others; nothing imports it
+        module = ".".join((head, *parts))
         try:
             text = file.read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -92,13 +96,15 @@ def _scan(
     return {item: tuple(places) for item, places in found.items()}
 
 
-def std_import_help(name: str, std_root: Path | None, want: str) -> tuple[str, ...]:
-    """Help for a name a std module declares as what `want` asks for (exactly, or close)."""
+def std_import_help(
+    name: str, std_root: Path | None, want: str, head: str = "std"
+) -> tuple[str, ...]:
+    """Help for a name a module under the root declares as `want` asks (exactly, or close)."""
     if std_root is None or want not in _KEYWORDS_FOR:
         return ()
     keywords = _KEYWORDS_FOR[want]
     modules: dict[str, str] = {}
-    for item, places in std_items(std_root).items():
+    for item, places in std_items(std_root, head).items():
         for module, keyword in places:
             if keyword in keywords:
                 modules.setdefault(item, module)

@@ -18,6 +18,7 @@ derived from it (`types.ERROR` fits everywhere).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from linnet.check.decls import (
@@ -72,13 +73,16 @@ def suggestion_help(chk: BodyChecker, name: str, want: str, fallback: str = "") 
     std_root = chk.program.graph.std_root
     if want in ("function", "type", "value"):
         # Declared under exactly this name elsewhere: the import is what is missing.
+        # The user's own package first, then the std library, then any loaded module.
+        package = _package_sources(chk)
+        for root, head in ((package, "crate"), (std_root, "std")):
+            exact = std_import_help(name, root, want, head)
+            if exact and exact[0].startswith(f"`{name}` is declared"):
+                return exact
         for module in chk.ctx.modules.values():
             item = module.items.get(name)
             if module is not chk.module and not module.is_std and item is not None and item.pub:
                 return (f"`{name}` is declared in module `{module.name}`: import it with `use`",)
-        exact = std_import_help(name, std_root, want)
-        if exact and exact[0].startswith(f"`{name}` is declared"):
-            return exact
     # A PyTorch name is written on purpose: its Linnet spelling comes before a near miss.
     hint = torch_help(name)
     found = closest(name, names)
@@ -91,6 +95,20 @@ def suggestion_help(chk: BodyChecker, name: str, want: str, fallback: str = "") 
         if found_std:
             return found_std
     return (fallback,) if fallback else ()
+
+
+def _package_sources(chk: BodyChecker) -> Path | None:
+    """The `src/` of the package the module being checked is in, if any."""
+    from linnet.check.package import MANIFEST_NAME
+
+    path = Path(chk.module.key)
+    if not path.is_absolute() or chk.module.is_std:
+        return None
+    for folder in path.parents:
+        if (folder / MANIFEST_NAME).is_file():
+            source = folder / "src"
+            return source if path.is_relative_to(source) else None
+    return None
 
 
 def unknown_name(
