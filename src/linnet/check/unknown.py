@@ -5,11 +5,12 @@ found calls `unknown_name`, which
 - reports E1201 once per unknown spelling per module: later uses of the same
   spelling add a note to the first report instead of a diagnostic of their
   own (a missing import is one mistake however often the name is used);
-- suggests the closest visible name of the right kind (`check.suggest`), else
-  a PyTorch spelling's Linnet name, else the std module that declares a close
-  spelling (`LayerNorm` -> `layer_norm`), else `fallback`. An exact name
-  declared in another module or the std library comes first: then the
-  import is what is missing.
+- gives the fix, first found of: the `use` that imports an item of exactly
+  that name (from the user's own package, then the std library, then any
+  loaded module: the import is what is missing); the Linnet spelling of a
+  PyTorch name (`cat` -> `concat`) and/or the closest visible name of the
+  kind wanted (`linnet.spelling`); the std item of a close spelling
+  (`LayerNorm` -> `layer_norm` of `std.nn.norm`); else `fallback`.
 
 The caller gives the expression the error type, which silences everything
 derived from it (`types.ERROR` fits everywhere).
@@ -128,7 +129,8 @@ def unknown_name(
     if first is not None:
         earlier = ctx.diags[first]
         line = span.file.line_col(span.start)[0]
-        ctx.diags[first] = _also_used(earlier, name, line)
+        if earlier.span is None or earlier.span.file.line_col(earlier.span.start)[0] != line:
+            ctx.diags[first] = _also_used(earlier, name, line)
         return
     ctx.unknown_names[key] = len(ctx.diags)
     ctx.error(
