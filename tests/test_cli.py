@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from linnet import cli
-from linnet.cli import EXIT_INTERNAL, USAGE, main
+from linnet.cli import _COMMANDS, COMMAND_HELP, EXIT_INTERNAL, USAGE, check_summary, main
 from linnet.commands.init import package_name
 from linnet.errors import LinnetError
 
@@ -81,9 +81,26 @@ def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None
     assert run(capsys) == (2, "", f"linnet: no command given\n\n{USAGE}")
 
 
-@pytest.mark.parametrize("argv", [["-h"], ["--help"], ["help"], ["check", "--help"], ["fmt", "-h"]])
+@pytest.mark.parametrize("argv", [["-h"], ["--help"], ["help"], ["--no-color", "-h"]])
 def test_help_prints_usage_on_stdout(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     assert run(capsys, *argv) == (0, USAGE, "")
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_HELP))
+def test_every_command_has_its_own_help(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """`linnet CMD --help`, `CMD -h` and `help CMD` print that command's usage, not the global one."""
+    for argv in ([command, "--help"], [command, "-h"], ["help", command]):
+        status, out, err = run(capsys, *argv)
+        assert (status, err) == (0, "")
+        assert out == COMMAND_HELP[command] and out.startswith(f"usage: linnet {command}")
+    # Every option the command accepts is documented in its help.
+    spec = _COMMANDS[command]
+    for option in spec.flags | spec.valued:
+        assert option in COMMAND_HELP[command], (command, option)
+
+
+def test_every_command_is_listed_in_command_help() -> None:
+    assert set(COMMAND_HELP) == set(_COMMANDS)
 
 
 @pytest.mark.parametrize("argv", [["-V"], ["--version"], ["--no-color", "check", "-V"]])
@@ -197,6 +214,37 @@ def test_check_a_valid_file_prints_nothing(
     assert run(capsys, "check", "good.linnet") == (0, "", "")
     status, out, _ = run(capsys, "check", "--json", "good.linnet")
     assert status == 0 and json.loads(out)["summary"] == {"errors": 0, "warnings": 0}
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_check_prints_a_summary_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On a terminal `check` ends with one line on stdout; redirected, it prints nothing."""
+    write(tmp_path / "good.linnet", GOOD)
+    write(tmp_path / "more" / "also.linnet", GOOD)
+    write(tmp_path / "bad.linnet", "module bad\n\npub fn f() -> f32 {\n    return y\n}\n")
+    for argv, status, line in [
+        (["check", "good.linnet", "more"], 0, "checked 2 files: no errors\n"),
+        (["check", "bad.linnet"], 1, "checked 1 file: 1 error\n"),
+        (["check", "--json", "good.linnet"], 0, ""),
+    ]:
+        out = _Terminal()
+        monkeypatch.setattr(sys, "stdout", out)
+        monkeypatch.setattr(sys, "stderr", io.StringIO())
+        assert main(argv) == status
+        text = out.getvalue()
+        assert text.endswith(line) if line else not text.startswith("checked")
+
+
+def test_check_summary_counts() -> None:
+    assert check_summary(1, 0, 0) == "checked 1 file: no errors"
+    assert check_summary(3, 2, 1) == "checked 3 files: 2 errors, 1 warning"
+    assert check_summary(2, 0, 3) == "checked 2 files: 3 warnings"
 
 
 def test_warnings_fail_only_under_strict_and_lint(

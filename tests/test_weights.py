@@ -291,3 +291,60 @@ def test_docstring_examples_run() -> None:
     for module in (linnet.weights.bind, linnet.weights.bindings, linnet.weights.safetensors):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__
+
+
+def _problems_of(
+    specs: dict[str, TensorSpec], arrays: dict[str, np.ndarray], **kw: bool
+) -> list[str]:
+    with pytest.raises(LinnetError) as info:
+        bind_weights(specs, arrays, **kw)
+    return [line.strip()[2:] for line in str(info.value).splitlines()[1:]]
+
+
+def test_a_transposed_matrix_is_called_transposed() -> None:
+    """Issue 11: `stored [32, 5], declared [5, 32]` says what happened and the fix."""
+    specs = {"fc1.weight": TensorSpec((5, 32), "f32"), "conv.weight": TensorSpec((2, 3, 4), "f32")}
+    arrays = {"fc1.weight": np.zeros((32, 5), F32), "conv.weight": np.zeros((4, 3, 2), F32)}
+    problems = _problems_of(specs, arrays)
+    assert problems == [
+        "wrong shape: `fc1.weight` (checkpoint name `fc1.weight`): stored [32, 5], declared "
+        "[5, 32]; the stored tensor is the declared one transposed: store its transpose "
+        "(`.T` when converting)",
+        "wrong shape: `conv.weight` (checkpoint name `conv.weight`): stored [4, 3, 2], declared "
+        "[2, 3, 4]; the stored axes are the declared ones in another order: permute them when "
+        "converting",
+    ]
+    # Shapes with other extents get no such hint.
+    assert _problems_of(specs | {}, arrays | {"fc1.weight": np.zeros((32, 6), F32)})[0].endswith(
+        "stored [32, 6], declared [5, 32]"
+    )
+
+
+def test_a_key_one_edit_away_is_linked_to_its_path() -> None:
+    """A misspelt checkpoint key is one problem naming both, not missing + unexpected."""
+    specs = {
+        "fc1.weight": TensorSpec((2, 2), "f32"),
+        "fc1.bias": TensorSpec((2,), "f32", optional=True),
+        "fc2.weight": TensorSpec((2, 2), "f32"),
+    }
+    arrays = {
+        "fc1.wieght": np.zeros((2, 2), F32),
+        "fc1.bais": np.zeros(2, F32),
+        "fc2.weight": np.zeros((2, 2), F32),
+        "other.tensor": np.zeros(1, F32),
+    }
+    problems = _problems_of(specs, arrays)
+    assert problems == [
+        "missing: `fc1.weight` (checkpoint name `fc1.weight`): the checkpoint stores "
+        "`fc1.wieght`, one edit away; did you mean it? Rename the tensor, or bind the path to "
+        'it in bindings.json: {"fc1.weight": "fc1.wieght"}',
+        "missing: `fc1.bias` (checkpoint name `fc1.bias`): the checkpoint stores `fc1.bais`, "
+        "one edit away; did you mean it? Rename the tensor, or bind the path to it in "
+        'bindings.json: {"fc1.bias": "fc1.bais"}',
+        "unexpected tensor `other.tensor`: no parameter path binds it",
+    ]
+    # Without strict, stored extras are allowed: only the required path is linked.
+    assert _problems_of(specs, arrays, strict=False) == problems[:1]
+    # The suggested binding works.
+    bound = bind_weights(specs, arrays, bindings={"fc1.weight": "fc1.wieght"}, strict=False)
+    assert bound.names["fc1.weight"] == "fc1.wieght"

@@ -67,7 +67,74 @@ options:
   -V, --version   show the version
 
 The standard library comes from --std DIR, else $LINNET_STD, else the copy shipped with linnet.
+`linnet <command> --help` shows the options of one command.
 """
+
+
+_STD_OPTION = "  --std DIR       the standard library (else $LINNET_STD, else the shipped copy)\n"
+_TARGET_OPTIONS = """\
+  --entry NAME    the entry to compile (needed when there are several)
+  --bind G=V      bind a generic: `H=64`, a pack `S=2,3`, the empty pack `S=`, a dtype `T=f32`
+                  (repeatable)
+  --root BLOCK    the root block (default: the only block with entries; without one,
+                  a module-level entry)
+  --optionals present|absent
+                  whether optional params and subs are present (default: present)
+"""
+
+# `linnet <command> --help`: each command's own usage (18.2), on stdout.
+COMMAND_HELP: dict[str, str] = {
+    "check": "usage: linnet check [--strict] [--json] [--std DIR] PATH...\n\n"
+    "Check files and directories (searched recursively for *.linnet) and every module\n"
+    "they import. Diagnostics go to stderr; on a terminal a one-line summary follows\n"
+    "on stdout. Exit status 1 when there are errors.\n\noptions:\n"
+    "  --strict        warnings fail too (exit 1)\n"
+    "  --json          one JSON document on stdout instead (language.md 16.4)\n" + _STD_OPTION,
+    "lint": "usage: linnet lint [--json] [--std DIR] PATH...\n\n"
+    "`check --strict`: check, and fail on warnings as well as errors.\n\noptions:\n"
+    "  --json          one JSON document on stdout (language.md 16.4)\n" + _STD_OPTION,
+    "fmt": "usage: linnet fmt PATH... | linnet fmt --check PATH... | linnet fmt -\n\n"
+    "Format files in place (atomically), or stdin to stdout with `-`. Files with\n"
+    "syntax errors are reported and left untouched.\n\noptions:\n"
+    "  --check         write nothing; print `would reformat PATH` and exit 1 if any would change\n",
+    "inspect": "usage: linnet inspect --parameters [--json] [--std DIR] FILE\n"
+    "       linnet inspect --tokens FILE | linnet inspect --ast FILE\n"
+    "       linnet inspect --ir [--entry NAME] [--bind G=V]... [--root BLOCK]\n"
+    "                      [--optionals present|absent] [--no-optimize] [--std DIR] FILE\n\n"
+    "Show one view of FILE: the parameter manifest of each top-level block, the tokens,\n"
+    "the syntax tree, or the Core IR of one entry with every generic bound.\n\noptions:\n"
+    "  --json          the manifest as JSON (only with --parameters)\n"
+    "  --no-optimize   the Core IR before optimisation (only with --ir)\n"
+    + _TARGET_OPTIONS
+    + _STD_OPTION,
+    "plan": "usage: linnet plan [--root BLOCK] [--numerics exact|equivalent] [--no-optimize]\n"
+    "                   [--std DIR] FILE\n\n"
+    "Check and lower FILE and print the plan JSON of its root block (language.md 19).\n\n"
+    "options:\n"
+    "  --root BLOCK    the root block\n"
+    "  --numerics exact|equivalent\n"
+    "                  which implementations may replace a library op (default: equivalent)\n"
+    "  --no-optimize   skip the Core IR optimisation passes\n" + _STD_OPTION,
+    "torch": "usage: linnet torch [--entry NAME] [--bind G=V]... [--root BLOCK]\n"
+    "                    [--optionals present|absent] [--std DIR] FILE\n\n"
+    "Print the PyTorch source generated for one entry, every generic bound.\n\noptions:\n"
+    + _TARGET_OPTIONS
+    + _STD_OPTION,
+    "onnx": "usage: linnet onnx [--entry NAME] [--bind G=V]... [--root BLOCK]\n"
+    "                   [--optionals present|absent] [--provider cpu|cuda] [--fused]\n"
+    "                   [--output FILE] [--std DIR] FILE\n\n"
+    "Export one entry as ONNX (opset 20): printed as text, or written to --output.\n\n"
+    "options:\n" + _TARGET_OPTIONS + "  --provider cpu|cuda\n"
+    "                  the ONNX Runtime provider the graph is prepared for (default: cpu)\n"
+    "  --fused         use the fused kernels of the provider\n"
+    "  --output FILE   write a .onnx file instead of printing text\n" + _STD_OPTION,
+    "init": "usage: linnet init [DIR]\n\n"
+    "Create a package in DIR (default: the current directory): linnet.toml and, when\n"
+    "absent, src/lib.linnet. An existing linnet.toml stops the command.\n",
+    "spec-test": "usage: linnet spec-test [--std DIR] DIR\n\n"
+    "Run a conformance directory: print `FAIL <file>: <reason>` per failure and\n"
+    "`<n> cases, <m> failed`; exit 1 if any failed.\n\noptions:\n" + _STD_OPTION,
+}
 
 
 class UsageError(Exception):
@@ -142,8 +209,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: list[str]) -> int:
     options_end = args.index("--") if "--" in args else len(args)
     head, tail = args[:options_end], args[options_end:]
-    if any(a in ("-h", "--help") for a in head) or (head[:1] == ["help"]):
-        sys.stdout.write(USAGE)
+    words = [a for a in head if a != "--no-color"]
+    if words[:1] == ["help"] or any(a in ("-h", "--help") for a in head):
+        # `linnet CMD --help` and `linnet help CMD` show the command's own help.
+        named = words[1:2] if words[:1] == ["help"] else words[:1]
+        sys.stdout.write(COMMAND_HELP.get(named[0], USAGE) if named else USAGE)
         return EXIT_OK
     if any(a in ("-V", "--version") for a in head):
         sys.stdout.write(f"linnet {__version__}\n")
@@ -208,9 +278,26 @@ def _run_check(invocation: Invocation) -> int:
         sys.stdout.write(render_json(diagnostics) + "\n")
     elif diagnostics:
         sys.stderr.write(render_human(diagnostics, color=_color_for(sys.stderr, invocation)))
-    has_errors = any(d.is_error for d in diagnostics)
-    has_warnings = any(not d.is_error for d in diagnostics)
-    return EXIT_FAILURE if has_errors or (strict and has_warnings) else EXIT_OK
+    errors = sum(1 for d in diagnostics if d.is_error)
+    warnings = len(diagnostics) - errors
+    if "--json" not in invocation.flags and _is_terminal(sys.stdout):
+        sys.stdout.write(check_summary(len(program.graph.roots), errors, warnings) + "\n")
+    return EXIT_FAILURE if errors or (strict and warnings) else EXIT_OK
+
+
+def check_summary(files: int, errors: int, warnings: int) -> str:
+    """The line `linnet check` ends with on a terminal: `checked 3 files: no errors`."""
+    found = [
+        f"{count} {word}{'' if count == 1 else 's'}"
+        for count, word in ((errors, "error"), (warnings, "warning"))
+        if count
+    ]
+    return f"checked {files} file{'' if files == 1 else 's'}: {', '.join(found) or 'no errors'}"
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
 
 
 # -- inspect ---------------------------------------------------------------------------
@@ -428,8 +515,7 @@ def _color_for(stream: TextIO, invocation: Invocation) -> bool:
     """Colour only on a terminal, never with --no-color or NO_COLOR (16.3)."""
     if not invocation.color or os.environ.get("NO_COLOR"):
         return False
-    isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty())
+    return _is_terminal(stream)
 
 
 def _tolerate_unencodable_output() -> None:

@@ -741,8 +741,16 @@ def test_stray_closing_brace_at_top_level() -> None:
 
 
 def test_lexical_and_syntax_errors_come_together_in_order() -> None:
-    found = diagnostics('module m\nfn f() { let a = 1 @ 2\n let b = 007 }\nconst C = "\\q"\n')
+    found = diagnostics('module m\nfn f() { let a = 1 $ 2\n let b = 007 }\nconst C = "\\q"\n')
     assert [d.code for d in found] == ["E1001", "E1101", "E1005", "E1003"]
+
+
+def test_matmul_operator_is_one_error_with_the_fix() -> None:
+    """`a @ b` is one E1001 whose help names `std.linalg::matmul` and index notation."""
+    found = diagnostics("module m\nfn f() { let a = x @ w\n let b = 1 }\n")
+    assert [d.code for d in found] == ["E1001"]
+    assert "matmul" in found[0].help[0] and "std.linalg" in found[0].help[0]
+    assert "sum[k]" in found[0].help[1]
 
 
 # ---------------------------------------------------------------- nesting limits
@@ -885,3 +893,28 @@ def test_mixed_deep_nesting_never_overflows(wrappers: list[str]) -> None:
         value = wrapper.format(value)
     _, found = parse_text(f"module m\nfn f() {{\n    let r = {value}\n    let ok = 1\n}}\n")
     assert {d.code for d in found} <= {"E1101"}
+
+
+@pytest.mark.parametrize(
+    ("text", "meant"),
+    [
+        ("module m\nfn f() -> f32 {\n    retrun 1.0\n}\n", "return"),
+        ("module m\nfn f() -> f32 {\n    lte x = 1.0\n    return x\n}\n", "let"),
+        ("module m\npub blok B {\n}\n", "block"),
+        ("module m\nblock B {\n    parma w: Tensor[2; f32]\n}\n", "param"),
+        ("module m\nsue std.nn.linear::{linear}\n", "use"),
+        ("module m\npbu fn f() {}\n", "pub"),
+        ("module m\nfn f<N: Dm>() {}\n", "Dim"),
+    ],
+)
+def test_a_misspelt_keyword_or_kind_is_suggested(text: str, meant: str) -> None:
+    found = diagnostics(text)
+    assert [d.code for d in found] == ["E1101"]
+    assert found[0].help[0] == f"did you mean `{meant}`?"
+
+
+def test_a_call_is_not_taken_for_a_misspelt_keyword() -> None:
+    """`ret(x)` is an expression statement, not a typo of `return` (no name follows)."""
+    found = diagnostics("module m\nfn f(x: f32) {\n    ret(x)\n}\n")
+    assert [d.code for d in found] == ["E1101"]
+    assert found[0].help == ("bind it with `let` or `return` it",)

@@ -208,6 +208,10 @@ def report_mismatch(
                     f"and `{_item(actual.shape[axis])}` here"
                 )
             helps.append("state the missing equality in a `where` clause")
+            if axis != -1:
+                # Equal ranks: an unproven dimension, perhaps from a `where` that failed.
+                chk.proof_error(chosen, message, span, notes=tuple(notes), help=tuple(helps))
+                return
     else:
         chosen = chosen or "E2101"
         message = f"mismatched types: {what} should be {show(target)}, found {show(actual)}"
@@ -215,6 +219,8 @@ def report_mismatch(
             helps.append("wrap the value in `some(...)`")
         elif isinstance(actual, (BlockType, ArrayType)):
             notes.append("blocks are not values; a block type is only allowed as a `sub` type")
+        else:
+            helps.append(f"give {what} the type {show(target)}, or change the expected type")
     chk.ctx.error(chosen, message, span, notes=tuple(notes), help=tuple(helps))
 
 

@@ -32,7 +32,7 @@ from linnet.check.decls import (
     UnresolvedImport,
 )
 from linnet.check.dims import Dim, Symbol
-from linnet.check.members import block_path, module_item, private
+from linnet.check.members import block_path, module_item, private, tensor_member_help
 from linnet.check.program import CallInfo
 from linnet.check.types import (
     ERROR,
@@ -46,6 +46,7 @@ from linnet.check.types import (
     EnumType,
     ErrorType,
     OptionalType,
+    ScalarDType,
     ScalarType,
     Shape,
     StructType,
@@ -54,9 +55,12 @@ from linnet.check.types import (
     TupleType,
     Type,
     in_class,
+    shape_str,
     show,
 )
-from linnet.diagnostics import Label
+from linnet.check.unknown import generics_help, unknown_name
+from linnet.diagnostics import Diagnostic, Label
+from linnet.spelling import did_you_mean
 from linnet.syntax import ast
 from linnet.syntax.tokens import PRELUDE_FUNCTIONS
 
@@ -78,12 +82,14 @@ def check_call(chk: BodyChecker, call: ast.Call, expected: Type | None) -> Type:
 
                 chk.resolutions[callee] = PreludeFn(name)
                 return check_prelude_call(chk, call, name, expected)
-            chk.ctx.error(
-                "E1201",
-                f"cannot find function `{name}` in this scope",
+            unknown_name(
+                chk,
+                name,
                 callee.span,
+                f"cannot find function `{name}` in this scope",
                 "not found",
-                help=("import it with `use`, or declare it",),
+                "function",
+                "import it with `use`, or declare it",
             )
             _check_args_alone(chk, call)
             return ERROR
@@ -125,6 +131,8 @@ def check_call(chk: BodyChecker, call: ast.Call, expected: Type | None) -> Type:
                 f"{show(t)} has no method `{callee.name.name}`",
                 callee.name.span,
                 "unknown method",
+                help=tensor_member_help(callee.name.name, t)
+                or ("only blocks have methods; call a function with the value instead",),
             )
         _check_args_alone(chk, call)
         return ERROR
@@ -158,9 +166,33 @@ def not_callable(chk: BodyChecker, call: ast.Call, callee: ast.Expr, decl: Decl)
         callee.span,
         f"`{name}` is {what}" if what != "not a function" else "not a function",
         related=related,
+        help=_not_callable_help(chk, name, decl),
     )
     _check_args_alone(chk, call)
     return ERROR
+
+
+def _not_callable_help(chk: BodyChecker, name: str, decl: Decl) -> tuple[str, ...]:
+    """How to call what was meant: a child's method, a block's function, a module's item."""
+    if isinstance(decl, MemberInfo):
+        signatures.ensure_members(chk.ctx, decl.block)
+        t = decl.type
+        if isinstance(t, BlockType) and t.info.methods:
+            method = "forward" if "forward" in t.info.methods else next(iter(t.info.methods))
+            return (f"call one of its methods: `{name}.{method}(...)`",)
+        return ()
+    if isinstance(decl, BlockInfo):
+        lower = name.lower()
+        functions = [n for n, item in decl.module.items.items() if isinstance(item, FnInfo)]
+        same = [n for n in functions if n.replace("_", "") == lower]
+        also = f"; or call the function `{same[0]}` of `{decl.module.name}`" if same else ""
+        return (
+            f"a block is not called: declare a child `sub {lower}: {name}<...>` and call "
+            f"`{lower}.forward(...)`{also}",
+        )
+    if isinstance(decl, ModuleInfo):
+        return (f"call one of its items: `{name}.item(...)`",)
+    return ()
 
 
 def call_method(chk: BodyChecker, call: ast.Call, callee: ast.Member, t: BlockType) -> Type:
@@ -183,6 +215,7 @@ def call_method(chk: BodyChecker, call: ast.Call, callee: ast.Member, t: BlockTy
                 f"block `{block.name}` has no method `{name}`",
                 callee.name.span,
                 "unknown method",
+                help=did_you_mean(name, block.methods) or (_methods_help(block),),
             )
         _check_args_alone(chk, call)
         return ERROR
@@ -192,6 +225,13 @@ def call_method(chk: BodyChecker, call: ast.Call, callee: ast.Member, t: BlockTy
         _check_args_alone(chk, call)
         return ERROR
     return call_function(chk, call, method, callee.target, t)
+
+
+def _methods_help(block: BlockInfo) -> str:
+    names = ", ".join(f"`{m}`" for m in block.methods)
+    if not names:
+        return f"`{block.name}` has no methods"
+    return f"the methods of `{block.name}` are {names}"
 
 
 class Unifier:
@@ -229,23 +269,37 @@ def call_function(
             notes=("dimensions use integer literals, `Dim` generics and integer constants only",),
         )
         return ERROR
+    if any(isinstance(p.type, ErrorType) for p in fn.params):
+        _check_args_alone(chk, call)  # the callee's signature has a reported error
+        return ERROR
     u = Unifier(fn, receiver_type)
     if call.generic_args is not None and not explicit_generics(chk, call, fn, u):
         _check_args_alone(chk, call)
         return ERROR
-    slots = match_arguments(chk, call, fn)
+    slots = match_arguments(chk, call, fn, u.subst)
     if slots is None:
         _check_args_alone(chk, call)
         return ERROR
     ok = True
-    for param, arg in zip(fn.params, slots, strict=True):
+    failed: tuple[int, int] | None = None  # the mismatched parameter, its diagnostic
+    for position, (param, arg) in enumerate(zip(fn.params, slots, strict=True)):
         if arg is None:
+            continue
+        if not ok:
+            chk.expr(arg)  # its own errors only: bindings after a mismatch would cascade
             continue
         hint = _hint(u, param.type)
         t = chk.expr(arg, hint)
-        if not unify_argument(chk, u, param, arg, t):
+        reported = len(chk.ctx.diags)
+        if isinstance(t, ErrorType):
+            ok = False  # already reported; what it would have bound stays unknown
+        elif not unify_argument(chk, u, param, arg, t):
             ok = False
+            if len(chk.ctx.diags) > reported:
+                failed = (position, reported)
     callee_span = call.callee.span
+    if failed is not None:
+        _suggest_swap(chk, fn, receiver_type, slots, *failed)
     if not ok:
         return ERROR  # argument errors were reported; unbound generics would only cascade
     # Step 3: defaults of generics still unbound, else E2110.
@@ -270,7 +324,7 @@ def call_function(
     for param_dim, arg_dim, node in u.deferred_dims:
         want = s.dim(param_dim)
         if not (want == arg_dim or chk.facts.prove(want, "==", arg_dim)):
-            chk.ctx.error(
+            chk.proof_error(
                 "E2202",
                 f"cannot prove the dimensions required by `{fn.name}`",
                 node.span,
@@ -310,7 +364,7 @@ def call_function(
         lhs, rhs = s.dim(c.lhs), s.dim(c.rhs)
         if chk.facts.prove(lhs, c.rel, rhs):
             continue
-        chk.ctx.error(
+        chk.proof_error(
             "E2206",
             f"cannot prove `{c.text()}` required by `{fn.name}`",
             callee_span,
@@ -333,6 +387,38 @@ def call_function(
         # Calls in a signature (always E2123 there) are not call-graph edges.
         chk.fn.calls.append(CallEdge(fn, call, path))
     return result if ok else ERROR
+
+
+def _suggest_swap(
+    chk: BodyChecker,
+    fn: FnInfo,
+    receiver_type: BlockType | None,
+    slots: list[ast.Expr | None],
+    position: int,
+    reported: int,
+) -> None:
+    """Add "look swapped" to a mismatched argument's report when exchanging two fits."""
+    mine = slots[position]
+    mine_type = chk.types.get(mine) if mine is not None else None
+    if not isinstance(mine_type, TensorType):
+        return
+    for other, arg in enumerate(slots):
+        other_type = chk.types.get(arg) if arg is not None and other != position else None
+        if not isinstance(other_type, TensorType):
+            continue
+        trial = Unifier(fn, receiver_type)
+        pairs = sorted([(position, other_type), (other, mine_type)], key=lambda p: p[0])
+        if all(
+            unify(chk, trial, fn.params[i].type, t, mine) is None  # type: ignore[arg-type]
+            for i, t in pairs
+        ):
+            first, second = sorted((fn.params[position].name, fn.params[other].name))
+            d = chk.ctx.diags[reported]
+            swapped = (f"the arguments for `{first}` and `{second}` look swapped",)
+            chk.ctx.diags[reported] = Diagnostic(
+                d.code, d.message, d.span, d.label, d.related, d.notes, swapped + d.help
+            )
+            return
 
 
 def _hint(u: Unifier, t: Type) -> Type | None:
@@ -396,6 +482,7 @@ def explicit_generics(
             f"`{fn.name}` takes {len(fn.generics)} generic arguments but {len(args)} were given",
             args[len(fn.generics)].span,
             "unexpected generic argument",
+            help=generics_help(fn.name, fn.generics),
         )
         return False
     ok = True
@@ -413,8 +500,14 @@ def explicit_generics(
     return ok
 
 
-def match_arguments(chk: BodyChecker, call: ast.Call, fn: FnInfo) -> list[ast.Expr | None] | None:
-    """7.7: positional then named arguments onto parameters; E2102 on any problem."""
+def match_arguments(
+    chk: BodyChecker, call: ast.Call, fn: FnInfo, bound: Subst | None = None
+) -> list[ast.Expr | None] | None:
+    """7.7: positional then named arguments onto parameters; E2102 on any problem.
+
+    `bound` holds what is known of the generics (a child's, explicit ones), so
+    the signature in the notes shows `Tensor[*S, 4; f32]`, not `Tensor[*S, In; T]`.
+    """
     params = fn.params
     slots: list[ast.Expr | None] = [None] * len(params)
     filled = [False] * len(params)
@@ -429,7 +522,8 @@ def match_arguments(chk: BodyChecker, call: ast.Call, fn: FnInfo) -> list[ast.Ex
                     f"`{fn.name}` takes {len(params)} arguments but more were given",
                     arg.span,
                     "unexpected argument",
-                    notes=(f"the signature is `{signature_text(fn)}`",),
+                    notes=(f"the signature is `{signature_text(fn, bound)}`",),
+                    help=("remove the extra arguments",),
                 )
                 ok = False
                 break
@@ -444,7 +538,9 @@ def match_arguments(chk: BodyChecker, call: ast.Call, fn: FnInfo) -> list[ast.Ex
                 f"`{fn.name}` has no parameter `{arg.name.name}`",
                 arg.name.span,
                 "unknown parameter",
-                notes=(f"the signature is `{signature_text(fn)}`",),
+                notes=(f"the signature is `{signature_text(fn, bound)}`",),
+                help=did_you_mean(arg.name.name, index, "the parameter")
+                or ("name one of the parameters in the signature",),
             )
             ok = False
             continue
@@ -454,6 +550,7 @@ def match_arguments(chk: BodyChecker, call: ast.Call, fn: FnInfo) -> list[ast.Ex
                 f"the parameter `{arg.name.name}` is given twice",
                 arg.span,
                 "given again here",
+                help=("give each parameter one argument",),
             )
             ok = False
             continue
@@ -469,16 +566,17 @@ def match_arguments(chk: BodyChecker, call: ast.Call, fn: FnInfo) -> list[ast.Ex
             f"missing argument {names} in call to `{fn.name}`",
             call.span,
             "missing argument",
-            notes=(f"the signature is `{signature_text(fn)}`",),
+            notes=(f"the signature is `{signature_text(fn, bound)}`",),
             help=("optional parameters take `none` or `some(x)`",),
         )
         return None
     return slots
 
 
-def signature_text(fn: FnInfo) -> str:
-    params = ", ".join(f"{p.name}: {p.type!r}" for p in fn.params)
-    result = f" -> {fn.result!r}" if fn.result is not None else ""
+def signature_text(fn: FnInfo, bound: Subst | None = None) -> str:
+    s = bound if bound is not None else Subst()
+    params = ", ".join(f"{p.name}: {s.apply(p.type)!r}" for p in fn.params)
+    result = f" -> {s.apply(fn.result)!r}" if fn.result is not None else ""
     return f"{fn.kind} {fn.name}({params}){result}"
 
 
@@ -506,9 +604,24 @@ def unify_argument(chk: BodyChecker, u: Unifier, param: LocalInfo, arg: ast.Expr
     }
     if reason == "E2104":
         return False  # adoption already reported
-    chk.ctx.error(
-        reason, messages[reason], arg.span, "argument", notes=tuple(notes), help=tuple(helps)
-    )
+    if reason == "E2103" and isinstance(expected, (TensorType, ScalarType)):
+        helps.append(
+            f"there is no implicit promotion: convert it with `cast<{expected.dtype}>(...)`"
+            if isinstance(expected.dtype, ScalarDType)
+            else "there is no implicit promotion: every argument of one dtype generic "
+            "has the same dtype"
+        )
+    elif reason == "E2202":
+        helps.append(
+            f"pass a tensor of shape `[{shape_str(expected.shape)}]`, or state the missing "
+            "equality in a `where` clause"
+            if isinstance(expected, TensorType)
+            else "state the missing equality in a `where` clause"
+        )
+    elif reason == "E2101" and not helps:
+        helps.append(f"pass {show(expected)} for `{param.name}`")
+    report = chk.proof_error if reason == "E2202" else chk.ctx.error
+    report(reason, messages[reason], arg.span, "argument", notes=tuple(notes), help=tuple(helps))
     return False
 
 
@@ -604,16 +717,16 @@ def unify_shape(chk: BodyChecker, u: Unifier, p: Shape, a: Shape, node: ast.Expr
         if len(a) < len(prefix) + len(suffix):
             return False
         split = len(a) - len(suffix)
+        pack = items[at]
+        assert type(pack) is Symbol
+        # Bound before the other axes are compared, so a note about a mismatch
+        # shows the pack's axes (`Tensor[B, 4; f32]`, not `Tensor[*S, 4; f32]`).
+        s.bind_pack(pack, tuple(a[len(prefix) : split]))
         if not all(
             unify_item(chk, u, x, y, node) for x, y in zip(prefix, a[: len(prefix)], strict=True)
         ):
             return False
-        if not all(unify_item(chk, u, x, y, node) for x, y in zip(suffix, a[split:], strict=True)):
-            return False
-        pack = items[at]
-        assert type(pack) is Symbol
-        s.bind_pack(pack, tuple(a[len(prefix) : split]))
-        return True
+        return all(unify_item(chk, u, x, y, node) for x, y in zip(suffix, a[split:], strict=True))
     if len(items) != len(a):
         return False
     return all(unify_item(chk, u, x, y, node) for x, y in zip(items, a, strict=True))

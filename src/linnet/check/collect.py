@@ -28,7 +28,9 @@ from linnet.check.decls import (
     UnresolvedImport,
 )
 from linnet.check.modules import LoadedModule
+from linnet.check.unknown import item_help
 from linnet.diagnostics import Label
+from linnet.spelling import closest
 from linnet.syntax import ast
 from linnet.syntax.tokens import PRELUDE_NAMES
 
@@ -168,11 +170,16 @@ def resolve_imports(ctx: Context, module: ModuleInfo, loaded: LoadedModule) -> N
             item = target.items.get(imported.name.name)
             if item is None:
                 _poison(module, imported)
+                meant = closest(imported.name.name, [n for n, i in target.items.items() if i.pub])
+                if meant is not None and imported.alias is None:
+                    # Uses of the meant name are what the import was for: not a second mistake.
+                    _poison(module, imported, meant)
                 ctx.error(
                     "E1201",
                     f"module `{target.name}` has no item `{imported.name.name}`",
                     imported.name.span,
                     "not found in that module",
+                    help=item_help(target, imported.name.name),
                 )
                 continue
             if not item.pub and target is not module:
@@ -192,9 +199,9 @@ def resolve_imports(ctx: Context, module: ModuleInfo, loaded: LoadedModule) -> N
             bind(ctx, module, ImportBinding(alias.name, alias, use, item))
 
 
-def _poison(module: ModuleInfo, imported: ast.Imported) -> None:
-    """Later uses of a failed import check silently (one report per cause)."""
-    name = imported.bound_name.name
+def _poison(module: ModuleInfo, imported: ast.Imported, name: str | None = None) -> None:
+    """Later uses of a failed import (or of `name`) check silently (one report per cause)."""
+    name = name if name is not None else imported.bound_name.name
     if name not in module.scope:
         module.scope[name] = UnresolvedImport(name)
 

@@ -16,12 +16,14 @@ from linnet.source import Span
 class Context:
     """Diagnostics sink plus the program being filled."""
 
-    __slots__ = ("diags", "modules", "program")
+    __slots__ = ("diags", "modules", "program", "unknown_names")
 
     def __init__(self, program: CheckedProgram) -> None:
         self.program = program
         self.diags: list[Diagnostic] = []
         self.modules: dict[str, ModuleInfo] = program.modules
+        # (module key, spelling) -> index in `diags` of its one E1201 (check.unknown).
+        self.unknown_names: dict[tuple[str, str], int] = {}
 
     def error(
         self,

@@ -59,6 +59,9 @@ from linnet.check.types import (
     scalar,
     show,
 )
+from linnet.check.unknown import unknown_name
+from linnet.diagnostics import Label
+from linnet.source import Span
 from linnet.syntax import ast
 from linnet.syntax.tokens import PRELUDE_FUNCTIONS, PRELUDE_NAMES
 
@@ -152,6 +155,25 @@ class BodyChecker:
         t = _DISPATCH[type(e)](self, e, expected)
         self.types[e] = t
         return t
+
+    def proof_error(
+        self,
+        code: str,
+        message: str,
+        span: Span | None,
+        label: str = "",
+        *,
+        related: tuple[Label, ...] = (),
+        notes: tuple[str, ...] = (),
+        help: tuple[str, ...] = (),
+    ) -> None:
+        """Report a failed proof, unless a `where` fact of this scope failed to resolve.
+
+        That failure was reported; what the constraint would have stated is
+        unknown, so an unproven relation here is most likely its consequence.
+        """
+        if not self.facts.incomplete:
+            self.ctx.error(code, message, span, label, related=related, notes=notes, help=help)
 
     def prefer(self, node: ast.Expr, t: Type, expected: Type | None) -> Type:
         """Give a compile-time value the expected type when it fits (7.3, 7.8)."""
@@ -345,15 +367,15 @@ class BodyChecker:
         elif name in PRELUDE_NAMES:
             self.ctx.error("E1208", f"`{name}` is a type, not a value", e.span, "not a value")
         else:
-            self.ctx.error(
-                "E1201",
-                f"cannot find `{name}` in this scope",
+            unknown_name(
+                self,
+                name,
                 e.span,
+                f"cannot find `{name}` in this scope",
                 "not found",
-                help=(
-                    "import it with `use`, or declare it; block members are bare names "
-                    "(there is no `self`)",
-                ),
+                "value",
+                "import it with `use`, or declare it; block members are bare names "
+                "(there is no `self`)",
             )
         return ERROR
 

@@ -45,6 +45,7 @@ from linnet.check.types import (
     show,
 )
 from linnet.diagnostics import Label
+from linnet.spelling import did_you_mean
 from linnet.syntax import ast
 from linnet.syntax.tokens import PRELUDE_NAMES
 
@@ -196,7 +197,8 @@ def _pack_component(chk: BodyChecker, c: ast.PackIndex, items: Shape, access: as
             c.span,
             "unknown pack index",
             notes=("free indices are never summed implicitly",),
-            help=(f"list it on the left: `let y[*{name}, ...]`",),
+            help=did_you_mean(name, [v for v, i in index_vars.items() if i.is_pack])
+            or (f"list it on the left: `let y[*{name}, ...]`",),
         )
         return False
     chk.resolutions[c] = var
@@ -254,7 +256,8 @@ def _plain_component(
                     c.span,
                     "neither an output nor a reduction index",
                     notes=("free indices are never summed implicitly",),
-                    help=(f"reduce over it with `sum[{name}] ...` or list it on the left",),
+                    help=did_you_mean(name, chk.index_vars or {})
+                    or (f"reduce over it with `sum[{name}] ...` or list it on the left",),
                 )
             return False
     t = chk.expr(c)
@@ -293,7 +296,7 @@ def bind_domain(
 
 
 def _extent_conflict(chk: BodyChecker, var: IndexVar, use: object, first: str, second: str) -> None:
-    chk.ctx.error(
+    chk.proof_error(
         "E2201",
         f"the index `{var.name}` is used on axes of different extents",
         var.ident.span,

@@ -26,13 +26,18 @@ from linnet.check.types import (
     EnumType,
     ErrorType,
     OptionalType,
+    ScalarType,
     StructType,
+    TensorType,
     Type,
     show,
 )
+from linnet.check.unknown import item_help
 from linnet.diagnostics import Label
 from linnet.source import Span
+from linnet.spelling import did_you_mean
 from linnet.syntax import ast
+from linnet.syntax.tokens import PRELUDE_FUNCTIONS
 
 if TYPE_CHECKING:
     from linnet.check.exprs import BodyChecker
@@ -80,14 +85,50 @@ def check_member(chk: BodyChecker, e: ast.Member, expected: Type | None) -> Type
     notes: tuple[str, ...] = ()
     if isinstance(t, OptionalType) and isinstance(t.inner, BlockType):
         notes = ("an optional child is read with `match`: `some(c) => c.member`",)
+    fields = t.info.fields if isinstance(t, StructType) else {}
     chk.ctx.error(
         "E2107",
         f"{show(t)} has no member `{name}`",
         e.name.span,
         "unknown member",
         notes=notes,
+        help=did_you_mean(name, fields)
+        or tensor_member_help(name, t)
+        or (("read the fields of a struct, or the members of a block",) if not notes else ()),
     )
     return ERROR
+
+
+# PyTorch tensor attributes and methods with a Linnet spelling of their own.
+_TENSOR_ATTRIBUTES = {
+    "T": "transpose with `permute(x, [1, 0])` (or `std.linalg::transpose`)",
+    "mT": "swap the last two axes with `permute`",
+    "t": "transpose with `permute(x, [1, 0])` (or `std.linalg::transpose`)",
+    "shape": "the shape is part of the type: name the dimensions with generics",
+    "dtype": "the dtype is part of the type: a dtype generic or a scalar type",
+    "view": "write `reshape(x, [...])`",
+    "float": "write `cast<f32>(x)`",
+    "half": "write `cast<f16>(x)`",
+    "long": "write `cast<i64>(x)`",
+    "int": "write `cast<i32>(x)`",
+    "to": "write `cast<T>(x)`",
+    "sum": "reduce in index notation: `let s[i] = sum[j] x[i, j]`",
+    "mean": "reduce in index notation: `let m[i] = sum[j] x[i, j] / N`",
+    "matmul": "call `matmul(a, b)` after `use std.linalg::{matmul}`",
+    "softmax": "call `softmax(x)` after `use std.nn.softmax::{softmax}`",
+}
+
+
+def tensor_member_help(name: str, t: Type) -> tuple[str, ...]:
+    """For `x.T`, `x.reshape(...)`: tensors have no members; the Linnet spelling instead."""
+    if not isinstance(t, (TensorType, ScalarType)):
+        return ()
+    if name in PRELUDE_FUNCTIONS:
+        return (f"values have no methods: call the prelude function `{name}(x, ...)`",)
+    hint = _TENSOR_ATTRIBUTES.get(name)
+    if hint is not None:
+        return (f"values have no members: {hint}",)
+    return ("values have no members or methods: pass the value to a function",)
 
 
 def module_item(chk: BodyChecker, module: ModuleInfo, ident: ast.Ident) -> ItemInfo | None:
@@ -99,6 +140,7 @@ def module_item(chk: BodyChecker, module: ModuleInfo, ident: ast.Ident) -> ItemI
             f"module `{module.name}` has no item `{ident.name}`",
             ident.span,
             "not found in that module",
+            help=item_help(module, ident.name),
         )
         return None
     if not item.pub and module is not chk.module:
@@ -127,6 +169,7 @@ def enum_variant(chk: BodyChecker, enum: EnumInfo, e: ast.Member) -> Type:
             e.name.span,
             "unknown variant",
             notes=(f"the variants are {', '.join(enum.variants) or 'none'}",),
+            help=did_you_mean(name, enum.variants, "the variant"),
         )
         return ERROR
     chk.resolutions[e] = EnumVariant(enum, name)
@@ -158,11 +201,18 @@ def child_member(chk: BodyChecker, e: ast.Member, t: BlockType) -> Type:
             related=(Label(block.methods[name].ident.span, "declared here"),),
         )
         return ERROR
+    names = [m for m, member in block.members.items() if not member.name.startswith("_")]
     chk.ctx.error(
         "E2107",
         f"block `{block.name}` has no member `{name}`",
         e.name.span,
         "unknown member",
+        help=did_you_mean(name, [*block.members, *block.methods])
+        or (
+            f"the members of `{block.name}` are {', '.join(f'`{m}`' for m in names)}"
+            if names
+            else f"`{block.name}` has no members",
+        ),
     )
     return ERROR
 

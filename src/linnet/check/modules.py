@@ -52,6 +52,7 @@ class ModuleGraph:
     modules: dict[str, LoadedModule]
     roots: list[str]
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    std_root: Path | None = None  # where `std` imports resolve (did-you-mean searches it)
 
     @property
     def has_errors(self) -> bool:
@@ -177,7 +178,7 @@ class _Loader:
                 continue
             self._visit(root, state)
         self.diagnostics.sort(key=sort_key)
-        return ModuleGraph(self.modules, self.roots, self.diagnostics)
+        return ModuleGraph(self.modules, self.roots, self.diagnostics, self.std_root)
 
     def _visit(self, root: str, state: dict[str, int]) -> None:
         # Iterative: a long chain of imports must not exhaust Python's stack.
@@ -294,7 +295,11 @@ class _Loader:
             file = base / ("lib" + SOURCE_SUFFIX)
         if not file.is_file():
             return self._unknown(
-                span, dotted, f"no file `{self._shown(file)}`", label="no such file"
+                span,
+                dotted,
+                f"no file `{self._shown(file)}`",
+                label="no such file",
+                help_text=_module_suggestion(base, dotted.split(".")[0], rest),
             )
         return _key_of(file)
 
@@ -363,6 +368,25 @@ class _Loader:
         if path.is_relative_to(self.cwd):
             return str(path.relative_to(self.cwd))
         return str(path)
+
+
+def _module_suggestion(base: Path, head: str, rest: list[str]) -> str:
+    """`did you mean `std.nn.norm`?` for `std.nn.norms`: the closest module under `base`."""
+    from linnet.spelling import closest
+
+    if not base.is_dir():
+        return ""
+    modules = {
+        ".".join(path.relative_to(base).with_suffix("").parts): path
+        for path in sorted(base.rglob("*" + SOURCE_SUFFIX))
+    }
+    wanted = ".".join(rest)
+    found = closest(wanted, modules)
+    if found is None:
+        # The right name in the wrong folder: `std.norm` for `std.nn.norm`.
+        same = [m for m in modules if rest and m.split(".")[-1] == rest[-1]]
+        found = same[0] if len(same) == 1 else None
+    return f"did you mean `{head}.{found}`?" if found is not None else ""
 
 
 def _key_of(path: Path) -> str:

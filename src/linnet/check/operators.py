@@ -161,7 +161,7 @@ def positive_divisor(chk: BodyChecker, d: Dim, node: ast.Expr) -> bool:
         return True
     names = sorted(s.name for s in d.symbols()) if value is None else []
     example = f"where {names[0]} > 0" if names else "a positive divisor"
-    chk.ctx.error(
+    chk.proof_error(
         "E2205",
         f"the divisor `{d}` is not provably positive",
         node.span,
@@ -288,7 +288,7 @@ def broadcast_or_report(chk: BodyChecker, e: ast.Expr, a: Shape, b: Shape) -> Sh
         return result
     left = _item(result.left)
     right = _item(result.right)
-    chk.ctx.error(
+    chk.proof_error(
         "E2207",
         f"cannot prove that `[{shape_str(a)}]` and `[{shape_str(b)}]` broadcast",
         e.span,

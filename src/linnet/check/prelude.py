@@ -98,11 +98,18 @@ class PreludeCall:
         label: str = "",
         **kw: tuple[str, ...],
     ) -> Type:
-        self.chk.ctx.error(code, message, node.span, label, **kw)  # type: ignore[arg-type]
+        if code in _PROOF_CODES:
+            self.chk.proof_error(code, message, node.span, label, **kw)  # type: ignore[arg-type]
+        else:
+            self.chk.ctx.error(code, message, node.span, label, **kw)  # type: ignore[arg-type]
         return ERROR
 
     def signature_note(self) -> tuple[str, ...]:
         return (f"the signature is `{SIGNATURES.get(self.name, self.name + '(x)')}`",)
+
+
+# Codes of failed proofs: silent under facts missing a constraint (`BodyChecker.proof_error`).
+_PROOF_CODES = frozenset({"E2201", "E2202", "E2203", "E2205", "E2206", "E2207"})
 
 
 def check_prelude_call(chk: BodyChecker, call: ast.Call, name: str, expected: Type | None) -> Type:

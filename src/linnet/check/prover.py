@@ -85,6 +85,7 @@ class Facts:
         "_simp_cache",
         "_subst",
         "_zeros",
+        "incomplete",
     )
 
     EMPTY: ClassVar[Facts]
@@ -95,6 +96,9 @@ class Facts:
         self._zeros: set[Dim] = set()  # each normalised to a positive leading coefficient
         self._nonnegs: list[Dim] = []  # each F >= 0 (zero facts contribute F and -F)
         self._intervals: dict[Symbol | Op, Interval] = {}
+        # A `where` constraint of this scope failed to resolve (and was reported):
+        # what it would have stated is unknown, so failed proofs here are not reported.
+        self.incomplete = False
         self._reset_caches()
 
     def _reset_caches(self) -> None:
@@ -113,6 +117,7 @@ class Facts:
         f._zeros = set(self._zeros)
         f._nonnegs = list(self._nonnegs)
         f._intervals = dict(self._intervals)
+        f.incomplete = self.incomplete
         return f
 
     def __repr__(self) -> str:
@@ -135,6 +140,12 @@ class Facts:
             new._add(lhs - rhs, rel)
         except DimOverflow:
             return self  # a fact we cannot represent is dropped: weaker, still sound
+        return new
+
+    def without_some(self) -> Facts:
+        """These facts, marked as missing a constraint that failed to resolve."""
+        new = self._copy()
+        new.incomplete = True
         return new
 
     def simplify(self, d: Dim) -> Dim:

@@ -172,6 +172,7 @@ def where_constraints(chk: BodyChecker, where: ast.Where | None) -> list[Constra
             lhs = chk.dim_of(rel.left)
             rhs = chk.dim_of(rel.right)
             if lhs is None or rhs is None:
+                chk.facts = chk.facts.without_some()
                 continue
             c = Constraint(lhs, rel.op, rhs, rel)
             out.append(c)

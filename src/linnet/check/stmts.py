@@ -31,6 +31,7 @@ from linnet.check.types import (
     scalar,
     show,
 )
+from linnet.check.unknown import unknown_name
 from linnet.diagnostics import Label
 from linnet.syntax import ast
 
@@ -74,7 +75,8 @@ def check_let(chk: BodyChecker, s: ast.LetStmt) -> None:
     if s.type is not None:
         t = resolve_type(chk, s.type)
         value = chk.expr(s.value, t)
-        assignability.coerce(chk, s.value, value, t, "the value")
+        if not assignability.coerce(chk, s.value, value, t, "the value"):
+            t = ERROR  # the annotation or the value is wrong: uses of the name would cascade
         bind_pattern(chk, s.pattern, t, "let")
         return
     value = chk.expr(s.value)
@@ -86,7 +88,8 @@ def check_var(chk: BodyChecker, s: ast.VarStmt) -> None:
     if s.type is not None:
         t = resolve_type(chk, s.type)
         value = chk.expr(s.value, t)
-        assignability.coerce(chk, s.value, value, t, "the value")
+        if not assignability.coerce(chk, s.value, value, t, "the value"):
+            t = ERROR  # as for `let`
     else:
         t = assignability.materialize(chk, s.value, chk.expr(s.value), True)
     chk.declare_local(s.name, t, "var", mutable=True)
@@ -97,12 +100,14 @@ def check_assign(chk: BodyChecker, s: ast.AssignStmt) -> None:
     name = s.target.name
     decl = chk.lookup(name)
     if decl is None:
-        chk.ctx.error(
-            "E1201",
-            f"cannot find `{name}` in this scope",
+        unknown_name(
+            chk,
+            name,
             s.target.span,
+            f"cannot find `{name}` in this scope",
             "not found",
-            help=("declare it with `var` first",),
+            "value",
+            "declare it with `var` first",
         )
         chk.expr(s.value)
         return

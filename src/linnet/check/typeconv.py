@@ -48,6 +48,7 @@ from linnet.check.types import (
     in_class,
     scalar,
 )
+from linnet.check.unknown import generics_help, unknown_name
 from linnet.diagnostics import Label
 from linnet.syntax import ast
 from linnet.syntax.tokens import KIND_NAMES, PRELUDE_FUNCTIONS, PRELUDE_NAMES
@@ -250,12 +251,14 @@ def unknown_type(chk: BodyChecker, node: ast.NamedType) -> None:
     elif name in PRELUDE_FUNCTIONS:
         chk.ctx.error("E1208", f"`{name}` is a prelude function, not a type", node.span)
     else:
-        chk.ctx.error(
-            "E1201",
+        unknown_name(
+            chk,
+            name,
+            node.path[0].span,
             f"cannot find type `{name}` in this scope",
-            node.span,
             "unknown type",
-            help=("import it with `use`, or declare it",),
+            "type",
+            "import it with `use`, or declare it",
         )
 
 
@@ -302,12 +305,14 @@ def pack_symbol(chk: BodyChecker, ref: ast.PackRef) -> Symbol | None:
         assert isinstance(key, Symbol)
         return key
     if decl is None:
-        chk.ctx.error(
-            "E1201",
-            f"cannot find the shape pack `{ident.name}` in this scope",
+        unknown_name(
+            chk,
+            ident.name,
             ident.span,
+            f"cannot find the shape pack `{ident.name}` in this scope",
             "unknown pack",
-            help=(f"declare it as `*{ident.name}: Shape`",),
+            "dimension",
+            f"declare it as `*{ident.name}: Shape`",
         )
     else:
         chk.ctx.error(
@@ -382,8 +387,12 @@ def generic_argument(chk: BodyChecker, g: GenericInfo, arg: ast.GenArg) -> Gener
         f"`{g.name}` expects a dtype, found an expression",
         arg.span,
         "not a dtype",
+        help=("write a scalar type name such as `f32`, or a dtype generic",),
     )
     return None
+
+
+_DIMENSION_HELP = "write a dimension: an integer, a `Dim` generic, or arithmetic on them"
 
 
 def dim_argument(chk: BodyChecker, g: GenericInfo, arg: ast.GenArg) -> Dim | None:
@@ -392,11 +401,14 @@ def dim_argument(chk: BodyChecker, g: GenericInfo, arg: ast.GenArg) -> Dim | Non
             name = arg.path[0].name
             decl = chk.scope.lookup(name)
             if decl is None and name not in SCALAR_DTYPES and name not in PRELUDE_NAMES:
-                chk.ctx.error(
-                    "E1201",
-                    f"cannot find `{name}` in this scope",
+                unknown_name(
+                    chk,
+                    name,
                     arg.span,
+                    f"cannot find `{name}` in this scope",
                     "not found",
+                    "dimension",
+                    f"declare it as a generic parameter: `<{name}: Dim>`",
                 )
                 return None
             if decl is not None and not _is_type_decl(decl):
@@ -421,11 +433,16 @@ def dim_argument(chk: BodyChecker, g: GenericInfo, arg: ast.GenArg) -> Dim | Non
             f"`{g.name}` expects a dimension, found a type",
             arg.span,
             "not a dimension",
+            help=(_DIMENSION_HELP,),
         )
         return None
     if not _is_expr(arg):
         chk.ctx.error(
-            "E2111", f"`{g.name}` expects a dimension, found a type", arg.span, "not a dimension"
+            "E2111",
+            f"`{g.name}` expects a dimension, found a type",
+            arg.span,
+            "not a dimension",
+            help=(_DIMENSION_HELP,),
         )
         return None
     d = chk.dim_of(arg)  # type: ignore[arg-type]
@@ -465,6 +482,7 @@ def shape_argument(
         f"`{g.name}` expects a shape: a shape literal `[A, B]` or a shape pack",
         arg.span,
         "not a shape",
+        help=("write the axes in brackets, `[A, B]`, or a pack such as `*S`",),
     )
     return None
 
@@ -480,6 +498,7 @@ def instantiate(
             f"`{name}` takes {len(generics)} generic arguments but {len(args)} were given",
             args[len(generics)].span,
             "unexpected generic argument",
+            help=generics_help(name, generics),
         )
         return None
     subst = Subst()
@@ -498,6 +517,7 @@ def instantiate(
                 f"missing generic argument for `{g.name}` of `{name}`",
                 node.span,
                 f"`{g.name}` has no default",
+                help=generics_help(name, generics),
             )
             ok = False
             continue
@@ -540,7 +560,7 @@ def prove_block_where(chk: BodyChecker, block: BlockInfo, subst: Subst, node: as
         lhs, rhs = subst.dim(c.lhs), subst.dim(c.rhs)
         if chk.facts.prove(lhs, c.rel, rhs):
             continue
-        chk.ctx.error(
+        chk.proof_error(
             "E2206",
             f"cannot prove `{c.text()}` required by block `{block.name}`",
             node.span,

@@ -173,6 +173,13 @@ def scan(source: SourceFile) -> Scan:
         elif group == 8:  # invalid characters
             start = m.start(8)
             diags.append(_invalid_characters(Span(source, start, end)))
+            if text[start:end] == "@":
+                # Recovery only (the file has an error, so the tree is never checked):
+                # parse `a @ b` as a product, so the one mistake gives one error.
+                add_kind(PUNCT)
+                add_text("*")
+                add_start(start)
+                add_end(end)
         else:  # eof
             add_kind(EOF)
             add_text("")
@@ -262,6 +269,19 @@ def _invalid_characters(span: Span) -> Diagnostic:
     label = (
         "these bytes are not valid UTF-8" if message == "invalid UTF-8" else "cannot start a token"
     )
+    if chars == "@":
+        return error(
+            "E1001",
+            "invalid character `@`: Linnet has no matrix-multiplication operator",
+            span,
+            "not an operator",
+            help=(
+                "call `matmul(a, b)` after `use std.linalg::{matmul}` "
+                "(`batched_matmul` for leading batch axes)",
+                "or write the contraction in index notation: "
+                "`let c[i, j] = sum[k] a[i, k] * b[k, j]`",
+            ),
+        )
     return error("E1001", message, span, label, notes=tuple(notes))
 
 

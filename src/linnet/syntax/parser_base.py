@@ -18,11 +18,12 @@ unwinds the speculation instead and nothing is reported.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from linnet.diagnostics import Diagnostic, error
 from linnet.source import Span
+from linnet.spelling import did_you_mean
 from linnet.syntax import ast
 from linnet.syntax.lexer import EOF, FLOAT, IDENT, INT, KEYWORD, RESERVED_WORD, STRING, Scan
 
@@ -172,6 +173,18 @@ class ParserBase:
             notes=extra.get("notes", ()),
             help=extra.get("help", ()),
         )
+
+    def keyword_hint(self, words: Iterable[str]) -> tuple[str, ...]:
+        """`did you mean `return`?` when the current identifier misspells one of `words`.
+
+        Only when a name follows it (`retrun x`, `blok M`): a keyword starts that
+        construct there, whereas a name followed by `(` or an operator is an
+        expression.
+        """
+        pos = self.pos
+        if self.kinds[pos] is not IDENT or self.kinds[pos + 1] not in (IDENT, KEYWORD, INT, FLOAT):
+            return ()
+        return did_you_mean(self.texts[pos], words)  # ties: the first of `words`
 
     def expect(self, text: str) -> int:
         """Consume the punctuation or keyword `text`; return its end offset."""

@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import cast
 
 from linnet.source import Span
+from linnet.spelling import did_you_mean
 from linnet.syntax import ast
 from linnet.syntax.lexer import EOF, IDENT
 from linnet.syntax.parser_base import (
     ITEM_KEYWORDS,
     MAX_DEPTH,
     MEMBER_KEYWORDS,
+    STATEMENT_KEYWORDS,
     Abort,
 )
 from linnet.syntax.parser_expr import COMPARISONS, ExprParser
@@ -240,7 +242,9 @@ class DeclParser(ExprParser):
                 self.pos += 1  # skip the declaration it introduces, too
             raise Abort
         what = "an item after `pub`" if pub else "an item such as `fn` or `block`"
-        raise self.expected(what)
+        items = ITEM_KEYWORDS - {"pub", "use", "extern"} if pub else ITEM_KEYWORDS - {"extern"}
+        words = [*sorted(items), *sorted(MEMBER_KEYWORDS)]  # an item before a member on ties
+        raise self.expected(what, help=self.keyword_hint(words))
 
     def const_decl(self, pub: bool, start: int) -> ast.ConstDecl:
         """ConstDecl ::= 'const' IDENT (':' Type)? '=' Expr"""
@@ -499,7 +503,7 @@ class DeclParser(ExprParser):
                 f"expected a generic kind, found identifier `{kind_text}`",
                 self.token_span(pos),
                 "unknown kind",
-                help=(_KIND_HELP,),
+                help=did_you_mean(kind_text, KIND_NAMES) or (_KIND_HELP,),
             )
         self.pos = pos + 1
         default = None
@@ -648,13 +652,14 @@ class DeclParser(ExprParser):
             raise self.expected(
                 "a statement", help=("loops over compile-time ranges are written `static for`",)
             )
+        hint = self.keyword_hint(sorted(STATEMENT_KEYWORDS))
         if self.starts_expression(pos):
             raise self.expected(
                 "a statement",
                 notes=("there are no expression statements",),
-                help=("bind it with `let` or `return` it",),
+                help=hint or ("bind it with `let` or `return` it",),
             )
-        raise self.expected("a statement")
+        raise self.expected("a statement", help=hint)
 
     def starts_expression(self, pos: int) -> bool:
         kind = self.kinds[pos]

@@ -167,6 +167,10 @@ class ExprParser(ParserBase):
             sep = texts[self.pos]
             if sep == ";":
                 break
+            if sep == "]":
+                raise self.expected(
+                    "`,` or `;`", help=("a tensor type ends with its dtype: `Tensor[N, M; f32]`",)
+                )
             if sep != ",":
                 raise self.expected("`,` or `;`")
             self.pos += 1
@@ -537,6 +541,14 @@ class ExprParser(ParserBase):
                 help=(f"wrap it in parentheses: `({text} ...)`",),
             )
             return self.expr()
+        if text == "self" and self.texts[pos + 1] == ".":
+            raise self.expected(
+                "an expression",
+                help=(
+                    "there is no `self`: inside a block its members are bare names "
+                    f"(`{self.texts[pos + 2]}`)",
+                ),
+            )
         raise self.expected("an expression")
 
     def paren_or_tuple(self) -> ast.Expr:

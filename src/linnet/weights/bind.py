@@ -29,6 +29,7 @@ import numpy as np
 from linnet.errors import InternalError, LinnetError
 from linnet.ir.convert import convert
 from linnet.records import field, record
+from linnet.spelling import edit_distance
 from linnet.weights.bindings import Bindings, load_bindings
 from linnet.weights.checkpoint import IN_MEMORY, Checkpoint, CheckpointSource, open_checkpoint
 from linnet.weights.safetensors import (
@@ -201,9 +202,10 @@ def bind_weights(
         for path, spec in specs.items()
         if names[path] in checkpoint.tensors and (spec.group is None or groups[spec.group])
     }
-    problems = _problems(specs, names, bound, checkpoint, cast_dtype)
+    renamed = _renamed_keys(specs, names, bound, checkpoint, strict)
+    problems = _problems(specs, names, bound, checkpoint, cast_dtype, renamed)
     if strict:
-        problems += _strict_problems(specs, names, groups, checkpoint, rules)
+        problems += _strict_problems(specs, names, groups, checkpoint, rules, set(renamed.values()))
     _raise_if_any(problems, checkpoint)
     arrays = _load(specs, bound, checkpoint)
     return BoundWeights(
@@ -256,18 +258,56 @@ def _where(name: str, checkpoint: Checkpoint) -> str:
     return f"checkpoint name `{name}` in {stored.file}"
 
 
+def _renamed_keys(
+    specs: Mapping[str, TensorSpec],
+    names: dict[str, str],
+    bound: dict[str, str],
+    checkpoint: Checkpoint,
+    strict: bool,
+) -> dict[str, str]:
+    """Missing paths whose checkpoint name is one edit from a stored tensor nothing binds.
+
+    One renamed (or misspelt) key is one mistake: it is reported once, as the
+    missing path with the stored name it most likely is, not also as an
+    unexpected tensor. Each stored name is linked to one path at most. With
+    `strict`, optional params count too (a misspelt `bias` would silently be
+    absent); without it, stored tensors nothing binds are allowed, so only
+    required paths are linked.
+    """
+    used = set(names.values())
+    unclaimed = sorted(n for n in checkpoint.tensors if n not in used)
+    if not unclaimed:
+        return {}
+    out: dict[str, str] = {}
+    for path, spec in specs.items():
+        if path in bound or spec.group is not None or (spec.optional and not strict):
+            continue
+        near = [n for n in unclaimed if edit_distance(names[path], n) == 1]
+        if len(near) == 1 and near[0] not in out.values():
+            out[path] = near[0]
+    return out
+
+
 def _problems(
     specs: Mapping[str, TensorSpec],
     names: dict[str, str],
     bound: dict[str, str],
     checkpoint: Checkpoint,
     cast_dtype: bool,
+    renamed: Mapping[str, str],
 ) -> list[str]:
     problems: list[str] = []
     for path, spec in specs.items():
         name = names[path]
         if path not in bound:
-            if not spec.optional and spec.group is None:
+            if path in renamed:
+                near = renamed[path]
+                problems.append(
+                    f"missing: `{path}` ({_where(name, checkpoint)}): the checkpoint stores "
+                    f"`{near}`, one edit away; did you mean it? Rename the tensor, or bind the "
+                    f'path to it in bindings.json: {{"{path}": "{near}"}}'
+                )
+            elif not spec.optional and spec.group is None:
                 problems.append(f"missing: `{path}` ({_where(name, checkpoint)})")
             continue
         stored = checkpoint.tensors[name]
@@ -275,7 +315,7 @@ def _problems(
         if not _shapes_bind(tuple(stored.shape), spec.shape):
             problems.append(
                 f"wrong shape: `{path}` ({where}): stored {list(stored.shape)}, "
-                f"declared {list(spec.shape)}"
+                f"declared {list(spec.shape)}{_shape_hint(tuple(stored.shape), spec.shape)}"
             )
         found = stored.linnet_dtype
         if found is None:
@@ -295,12 +335,25 @@ def _problems(
     return problems
 
 
+def _shape_hint(stored: tuple[int, ...], declared: tuple[int, ...]) -> str:
+    """Why two shapes with the same axes differ: a transposed matrix, permuted axes."""
+    if len(stored) != len(declared) or sorted(stored) != sorted(declared):
+        return ""
+    if len(stored) == 2:
+        return (
+            "; the stored tensor is the declared one transposed: store its transpose "
+            "(`.T` when converting)"
+        )
+    return "; the stored axes are the declared ones in another order: permute them when converting"
+
+
 def _strict_problems(
     specs: Mapping[str, TensorSpec],
     names: dict[str, str],
     groups: dict[str, bool],
     checkpoint: Checkpoint,
     rules: Bindings,
+    linked: set[str],
 ) -> list[str]:
     problems: list[str] = []
     for group, present in groups.items():
@@ -321,7 +374,7 @@ def _strict_problems(
                 + ", ".join(f"`{p}`" for p in stored)
                 + " stored; strict=False treats the sub as absent"
             )
-    used = set(names.values())
+    used = set(names.values()) | linked  # a linked name was reported with its missing path
     for name, stored_tensor in checkpoint.tensors.items():
         if name not in used:
             where = "" if stored_tensor.file == IN_MEMORY else f" in {stored_tensor.file}"
