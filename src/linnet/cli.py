@@ -122,11 +122,12 @@ COMMAND_HELP: dict[str, str] = {
     + _STD_OPTION,
     "onnx": "usage: linnet onnx [--entry NAME] [--bind G=V]... [--root BLOCK]\n"
     "                   [--optionals present|absent] [--provider cpu|cuda] [--fused]\n"
-    "                   [--output FILE] [--std DIR] FILE\n\n"
+    "                   [--grad] [--output FILE] [--std DIR] FILE\n\n"
     "Export one entry as ONNX (opset 20): printed as text, or written to --output.\n\n"
     "options:\n" + _TARGET_OPTIONS + "  --provider cpu|cuda\n"
     "                  the ONNX Runtime provider the graph is prepared for (default: cpu)\n"
     "  --fused         use the fused kernels of the provider\n"
+    "  --grad          export the loss and its gradients (outputs loss, grad0, grad1, ...)\n"
     "  --output FILE   write a .onnx file instead of printing text\n" + _STD_OPTION,
     "init": "usage: linnet init [DIR]\n\n"
     "Create a package in DIR (default: the current directory): linnet.toml and, when\n"
