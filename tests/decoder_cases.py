@@ -69,12 +69,13 @@ class Decoder:
         return [int(t) for t in out[0, ids.shape[1] :]]
 
 
-def llama(seed: int = 0) -> Decoder:
-    """The Llama example at `LLAMA_SIZES` against `LlamaForCausalLM` (f32, eager)."""
+def llama(seed: int = 0, vocab: int | None = None) -> Decoder:
+    """The Llama example at `LLAMA_SIZES` (or another `vocab`) against `LlamaForCausalLM`
+    (f32, eager)."""
     import torch
     import transformers
 
-    sizes = LLAMA_SIZES
+    sizes = LLAMA_SIZES if vocab is None else {**LLAMA_SIZES, "Vocab": vocab}
     config = transformers.LlamaConfig(
         vocab_size=sizes["Vocab"],
         hidden_size=sizes["H"],
