@@ -36,14 +36,15 @@ class Running:
     tokenizer: Tokenizer
 
 
-def make_server(folder: Path, *, rows: int = ROWS, api_key: str | None = None,
+def make_server(folder: Path, *, rows: int = ROWS, max_seq: int = MAX_SEQ,
+                api_key: str | None = None,
                 limits: Limits | None = None) -> tuple[Server, decoder_cases.Decoder]:  # fmt: skip
     import linnet.torch as lt
 
     tokenizer = Tokenizer.from_folder(bpe_folder(folder))
     assert tokenizer.vocab_size <= VOCAB
     decoder = decoder_cases.llama(vocab=VOCAB)
-    model = lt.load(decoder.source, generics=decoder.generics(rows, MAX_SEQ),
+    model = lt.load(decoder.source, generics=decoder.generics(rows, max_seq),
                     weights=decoder.weights, compile=True)  # fmt: skip
     engine = Engine(model, eos=[])  # random weights: eos would end requests at random
     return Server(
