@@ -107,7 +107,10 @@ class Server:
         model_name: str = "linnet",
         api_key: str | None = None,
         limits: Limits | None = None,
+        eos: Sequence[int] | None = None,
     ) -> None:
+        """`eos`: the token ids that end a request; None takes the engine's, or else the
+        tokenizer's eos token."""
         self.engine = engine
         self.tokenizer = tokenizer
         self.model_name = model_name
@@ -115,7 +118,9 @@ class Server:
         self.limits = limits or Limits()
         self.worker = EngineWorker(engine)
         self.created = int(time.time())
-        if not engine.eos and tokenizer.eos_ids:
+        if eos is not None:
+            engine.eos = frozenset(int(t) for t in eos)
+        elif not engine.eos:
             engine.eos = tokenizer.eos_ids
 
     # -- the pieces every route uses ---------------------------------------------------------
