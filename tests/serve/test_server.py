@@ -114,6 +114,38 @@ def test_streaming_adds_up_and_reports_usage(live: Running, client: Any) -> None
     assert parts[-1].choices[0].finish_reason == "length"
 
 
+def test_streaming_n_choices_with_logprobs(live: Running, client: Any) -> None:
+    messages = [{"role": "user", "content": "hello"}]
+    ask: dict[str, Any] = {"model": "tiny-llama", "messages": messages, "max_tokens": 7,
+                           "temperature": 0.8, "seed": 5, "logprobs": True, "top_logprobs": 2}  # fmt: skip
+    whole = client.chat.completions.create(n=2, **ask)
+    parts = list(client.chat.completions.create(n=2, stream=True, **ask))
+    for index in (0, 1):
+        mine = [p.choices[0] for p in parts if p.choices and p.choices[0].index == index]
+        assert "".join(c.delta.content or "" for c in mine) == whole.choices[index].message.content
+        streamed = [e.logprob for c in mine if c.logprobs for e in c.logprobs.content]
+        np.testing.assert_allclose(
+            streamed, [e.logprob for e in whole.choices[index].logprobs.content]
+        )
+        assert mine[-1].finish_reason == "length"
+
+
+def test_a_stalled_client_does_not_hold_the_engine(live: Running, client: Any) -> None:
+    import socket
+
+    host, port = live.url.removeprefix("http://").split(":")
+    body = json.dumps({"model": "tiny-llama", "prompt": "hello", "max_tokens": 40, "stream": True})
+    stalled = socket.create_connection((host, int(port)))
+    stalled.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())  # fmt: skip
+    try:  # the stalled client never reads; another request still completes
+        out = client.completions.create(model="tiny-llama", prompt="tokens in", max_tokens=20,
+                                        temperature=0)  # fmt: skip
+        assert out.usage.completion_tokens == 20
+    finally:
+        stalled.close()
+
+
 def test_stop_strings_are_never_returned_or_streamed(live: Running, client: Any) -> None:
     free = client.completions.create(model="tiny-llama", prompt="a typed", max_tokens=30,
                                      temperature=0).choices[0].text  # fmt: skip

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from linnet.serve.tokenizer import Tokenizer
@@ -73,7 +73,6 @@ class Job:
     echo: bool
     stream: bool
     include_usage: bool
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_body(body: bytes) -> dict[str, Any]:

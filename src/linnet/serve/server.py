@@ -57,7 +57,6 @@ class ChoiceText:
     index: int
     stream: TextStream
     stops: Sequence[str]
-    tokenizer: Tokenizer
     released: str = ""
     pending: str = ""
     tokens: int = 0
@@ -151,7 +150,7 @@ class Server:
         for p, prompt in enumerate(job.prompts):
             for j in range(job.n):
                 index = p * job.n + j
-                choice = ChoiceText(index, self.tokenizer.stream(prompt), job.stop, self.tokenizer)
+                choice = ChoiceText(index, self.tokenizer.stream(prompt), job.stop)
                 choices.append(choice)
 
                 def on_token(event: TokenEvent, index: int = index) -> None:
