@@ -208,3 +208,14 @@ def test_warmup_reset_and_bad_requests(llama: decoder_cases.Decoder) -> None:
             Request(**{"prompt": [1, 2], **bad})
     with pytest.raises(LinnetError, match="prefill_slots"):
         Engine(lt.load(IDENTITY))
+
+
+def test_prefill_token_budget_splits_a_group(llama: decoder_cases.Decoder) -> None:
+    model = lt.load(llama.source, generics=llama.generics(ROWS, MAX_SEQ), weights=llama.weights,
+                    compile=True)  # fmt: skip
+    engine = Engine(model, max_prefill_tokens=24)  # 8-token buckets: two prompts per call
+    prompts = decoder_cases.prompts(llama.vocab, [3, 5, 8, 6], seed=12)
+    completions, stats = engine.run([Request(p, max_new_tokens=4, temperature=0) for p in prompts])
+    assert stats.prefill_calls == 2
+    assert stats.prefill_padding == 2 * 2 * 8 - sum(len(p) for p in prompts)
+    assert [c.tokens for c in completions] == [llama.generate(p, 4) for p in prompts]

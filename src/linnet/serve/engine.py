@@ -227,7 +227,8 @@ class Engine:
             width = bucket(len(live.request.prompt), self.min_bucket, self.max_seq)
             groups.setdefault(width, []).append(live)
         for width, members in sorted(groups.items()):
-            per_call = max(1, self.max_prefill_tokens // width)
+            # a power of two, so that padding the member count adds no members
+            per_call = 1 << (max(1, self.max_prefill_tokens // width).bit_length() - 1)
             for i in range(0, len(members), per_call):
                 self._prefill(width, members[i : i + per_call])
 
