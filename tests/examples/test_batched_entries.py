@@ -134,3 +134,28 @@ def test_rows_decode_as_their_sequences_alone(family: str, backend: str) -> None
         assert generated == decoder.generate(prompt, len(generated))
         distinct |= set(generated)
     assert len(distinct) >= 6  # the sequences differ: the rows' comparison means something
+
+
+def test_onnx_decode_rows_updates_the_cache_in_place() -> None:
+    """`write_rows` becomes a scatter into the state buffer (`onnx.runtime.inplace`): decode
+    steps neither move nor copy the cache, out-of-range positions write nothing."""
+    from linnet.onnx.runtime.model import load_model
+
+    decoder = decoder_cases.llama()
+    model = load_model(decoder.source, generics=decoder.generics(BATCH, MAX_SEQ),
+                       weights=decoder.weights)  # fmt: skip
+    path = "model.layers.0.self_attn.k_cache"
+    prompt = decoder_cases.prompts(decoder.vocab, [6], seed=4)[0]
+    model.run_entry(
+        "prefill_slots", [prompt[None], np.array([1], np.int32), np.array([6], np.int32)]
+    )
+    swaps, address = model.swaps, model.state_address(path)
+    before = model.state[path]
+    tokens = np.array([[3], [int(prompt[-1])], [5]], np.int32)
+    logits = model.run_entry("decode_rows", [tokens, np.array([-1, 6, MAX_SEQ], np.int32)])
+    assert model.swaps == swaps and model.state_address(path) == address
+    after = model.state[path]
+    changed = np.argwhere((after != before).any(axis=(1, 3)))
+    assert changed.tolist() == [[1, 6]]  # row 1 at position 6; -1 and MaxSeq write nowhere
+    want = decoder.logits(np.append(prompt, prompt[-1]))[-1]
+    assert float(np.abs(logits[1] - want).max()) <= 1e-4
