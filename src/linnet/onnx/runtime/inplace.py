@@ -73,7 +73,8 @@ def find_writes(fn: Function) -> list[CacheWrite]:
             continue
         span, size = value.type.shape[2], cache.type.shape[2]
         # write_at / write_span: one position for every row; write_rows: one per row
-        at_shape = (cache.type.shape[0],) if op.attrs["callee"].endswith("write_rows") else ()
+        rows = op.attrs["callee"] == "std.nn.cache::write_rows"
+        at_shape = (cache.type.shape[0],) if rows else ()
         if cache.type.dtype in _DTYPES and at.type.shape == at_shape and span <= size:
             found.append(CacheWrite(path, value, at, size))
     return found
