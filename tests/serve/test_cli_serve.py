@@ -49,11 +49,13 @@ def model_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], An
     return args, decoder, Tokenizer.from_folder(tokenizer_dir)
 
 
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
 def test_generate_streams_the_greedy_text(
-    model_files: Any, capsys: pytest.CaptureFixture[str]
+    model_files: Any, backend: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args, decoder, tokenizer = model_files
-    status = main(["generate", *args, "--prompt", "hello world", "--max-tokens", "12"])
+    command = ["generate", *args, "--prompt", "hello world", "--max-tokens", "12"]
+    status = main([*command, "--backend", backend])
     out, err = capsys.readouterr()
     assert status == 0, err
     ids = tokenizer.encode("hello world")
