@@ -1,4 +1,5 @@
-"""The `linnet` command (language.md 18): check, lint, fmt, inspect, plan, torch, onnx, init, spec-test.
+"""The `linnet` command (language.md 18): check, lint, fmt, inspect, plan, torch, onnx, init,
+spec-test, and serve / generate (linnet.serve).
 
 Stage: the outermost shell. In: a command line. Out: text on stdout/stderr
 and an exit status:
@@ -27,7 +28,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from linnet import __version__
 from linnet.errors import LinnetError
@@ -60,6 +61,13 @@ commands:
                                                    one entry as ONNX (opset 20) text, or a file
   init [DIR]                                       create a package (linnet.toml, src/lib.linnet)
   spec-test [--std DIR] DIR                        run a conformance directory
+  serve --source FILE --weights W --tokenizer DIR [--generics FILE.json] [--bind G=V]...
+          [--backend torch|onnx] [--device D] [--host 127.0.0.1] [--port 8000]
+          [--api-key KEY] [--name NAME] [--root BLOCK] [--std DIR]
+                                                   an OpenAI-compatible server of a decoder
+  generate --source FILE --weights W --tokenizer DIR --prompt TEXT [--chat]
+          [--max-tokens N] [--temperature T] [--seed S] (and serve's model options)
+                                                   stream a completion, then tokens/s
 
 options:
   --no-color      never colour diagnostics
@@ -480,6 +488,85 @@ def _run_spec_test(invocation: Invocation) -> int:
     return EXIT_FAILURE if report.failures else EXIT_OK
 
 
+# -- serve / generate ------------------------------------------------------------------
+
+_MODEL_OPTIONS = frozenset(
+    {"--source", "--weights", "--tokenizer", "--generics", "--backend", "--device", "--root",
+     "--std"}
+)  # fmt: skip
+
+
+def _number_option(invocation: Invocation, name: str, default: float, kind: type) -> Any:
+    value = invocation.values.get(name)
+    if value is None:
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        raise UsageError(f"`{name}` takes a number, not `{value}`") from None
+
+
+def _serving_engine(invocation: Invocation) -> tuple[Any, Path]:
+    from linnet.commands.serve import load_engine, read_generics
+
+    if invocation.operands:
+        raise UsageError(f"`{invocation.command}` takes options only (model cards come later)")
+    missing = [o for o in ("--source", "--weights", "--tokenizer") if o not in invocation.values]
+    if missing:
+        raise UsageError(f"`{invocation.command}` needs {', '.join(missing)}")
+    generics = read_generics(
+        invocation.values.get("--generics"), parse_binds(invocation.lists.get("--bind", []))
+    )
+    engine = load_engine(
+        Path(invocation.values["--source"]),
+        Path(invocation.values["--weights"]),
+        generics,
+        backend=invocation.values.get("--backend", "torch"),
+        device=invocation.values.get("--device", "cpu"),
+        root=invocation.values.get("--root"),
+        std=invocation.std,
+    )
+    return engine, Path(invocation.values["--tokenizer"])
+
+
+def _run_serve(invocation: Invocation) -> int:
+    from linnet.commands.serve import run_serve
+
+    port = _number_option(invocation, "--port", 8000, int)
+    if not 0 <= port < 65536:
+        raise UsageError(f"`--port` must be in 0..65535, not {port}")
+    engine, tokenizer = _serving_engine(invocation)
+    return run_serve(
+        engine,
+        tokenizer,
+        host=invocation.values.get("--host", "127.0.0.1"),
+        port=port,
+        api_key=invocation.values.get("--api-key"),
+        name=invocation.values.get("--name", "linnet"),
+    )
+
+
+def _run_generate(invocation: Invocation) -> int:
+    from linnet.commands.serve import run_generate
+
+    prompt = invocation.values.get("--prompt")
+    if prompt is None:
+        raise UsageError("`generate` needs --prompt TEXT")
+    max_tokens = _number_option(invocation, "--max-tokens", 64, int)
+    temperature = _number_option(invocation, "--temperature", 0.0, float)
+    seed = invocation.values.get("--seed")
+    engine, tokenizer = _serving_engine(invocation)
+    return run_generate(
+        engine,
+        tokenizer,
+        prompt,
+        chat="--chat" in invocation.flags,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        seed=None if seed is None else int(_number_option(invocation, "--seed", 0, int)),
+    )
+
+
 _COMMANDS: dict[str, CommandSpec] = {
     "check": CommandSpec(_run_check, frozenset({"--strict", "--json"}), frozenset({"--std"})),
     "lint": CommandSpec(_run_check, frozenset({"--strict", "--json"}), frozenset({"--std"})),
@@ -506,6 +593,17 @@ _COMMANDS: dict[str, CommandSpec] = {
     ),
     "init": CommandSpec(_run_init),
     "spec-test": CommandSpec(_run_spec_test, valued=frozenset({"--std"})),
+    "serve": CommandSpec(
+        _run_serve,
+        valued=_MODEL_OPTIONS | {"--host", "--port", "--api-key", "--name"},
+        repeated=frozenset({"--bind"}),
+    ),
+    "generate": CommandSpec(
+        _run_generate,
+        frozenset({"--chat"}),
+        _MODEL_OPTIONS | {"--prompt", "--max-tokens", "--temperature", "--seed"},
+        frozenset({"--bind"}),
+    ),
 }
 
 

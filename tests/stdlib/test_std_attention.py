@@ -20,12 +20,17 @@ use std.nn.attention::{
     attention,
     attention_rows,
     causal_mask,
+    decode_mask,
     grouped_attention,
     grouped_attention_rows,
 }
 
 pub entry mask<Q: Dim, K: Dim>() -> Tensor[Q, K; bool] {
     return causal_mask<Q, K>()
+}
+
+pub entry rows_mask<K: Dim, B: Dim>(positions: Tensor[B; i32]) -> Tensor[B, 1, K; bool] {
+    return decode_mask<B, K>(positions)
 }
 
 pub entry plain<B: Dim, H: Dim, Q: Dim, K: Dim, D: Dim, T: Float>(
@@ -133,6 +138,12 @@ def test_causal_mask_is_bottom_right_aligned(std: StdCases, shape: tuple[int, in
     std.expect("mask", [], [expected], generics={"Q": q, "K": k})
     if q < k:  # the last query sees every key
         assert expected[-1].all()
+
+
+def test_decode_mask_lets_each_row_see_up_to_its_position(std: StdCases) -> None:
+    positions = np.array([0, 3, 6, -1, 9], np.int32)  # -1 sees nothing, 9 sees everything
+    expected = (np.arange(7)[None, :] <= positions[:, None])[:, None, :]
+    std.expect("rows_mask", [positions], [expected], generics={"K": 7})
 
 
 def test_attention_without_mask(std: StdCases) -> None:

@@ -1,4 +1,5 @@
-"""`std.nn.decoding::argmax` (stdlib.md 14) against np.argmax: i32, first index on ties."""
+"""`std.nn.decoding` (stdlib.md 14): `argmax` against np.argmax (i32, first index on
+ties) and `last_tokens` against NumPy indexing (the index clamped into the sequence)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,18 @@ from stdlib_support import BF16, StdCases, normal
 
 SOURCE = """module cases
 
-use std.nn.decoding::{argmax}
+use std.nn.decoding::{argmax, last_tokens}
 
 pub entry run<*S: Shape, N: Dim, T: Numeric>(x: Tensor[*S, N; T]) -> Tensor[*S; i32] {
     return argmax(x)
+}
+
+pub entry last<M: Dim, S: Dim, H: Dim, T: Float>(
+    x: Tensor[M, S, H; T],
+    lengths: Tensor[M; i32],
+) -> Tensor[M, H; T]
+where S > 0 {
+    return last_tokens(x, lengths)
 }
 """
 
@@ -49,3 +58,11 @@ def test_other_dtypes_with_ties(std: StdCases, dtype: type) -> None:
     rng = np.random.default_rng(125)
     x = rng.integers(0, 6, (6, 10)).astype(dtype)  # small range: many ties
     std.expect("run", [x], [np.argmax(x.astype(np.float64), axis=-1)])
+
+
+def test_last_tokens_take_each_rows_last_real_position(std: StdCases) -> None:
+    rng = np.random.default_rng(126)
+    x = normal(rng, [4, 6, 3])
+    lengths = np.array([1, 6, 3, 0], np.int32)  # 0 clamps to the first position
+    expected = x[np.arange(4), np.clip(lengths - 1, 0, 5)]
+    std.expect("last", [x, lengths], [expected])

@@ -11,7 +11,7 @@ every decode step. `contract` binds one buffer as a state input and its
 next-state output when the only writer is a scatter, which then writes just
 the new rows (see `contract` for the measurement). The rewrite is keyed on
 the Core IR, never on the exporter's node patterns: a `call` of
-`std.nn.cache::write_at` / `write_span` whose cache operand is the `state`
+`std.nn.cache::write_at` / `write_span` / `write_rows` whose cache operand is the `state`
 read of a member and whose result is that member's new value. Its `value`
 and `at` operands are made extra results of the function before export (so
 the exporter names them as graph outputs, per its contract), and those
@@ -22,7 +22,9 @@ of the value goes to position `(at + n) mod S`; rows outside `[0, S)` write
 back the old value of that position instead (a `GatherElements` of the old
 state, which the scatter depends on, so it runs first). For `N <= S` the
 positions `(at + n) mod S` are distinct and none of the out-of-range ones
-is a position inside the span, so no position is written twice. Spans longer
+is a position inside the span, so no position is written twice. `write_rows`
+writes row `b`'s one position `at[b] mod S` the same way (one position per row,
+so none twice). Spans longer
 than the cache, bf16 caches (`Where` lacks bf16 kernels in some ONNX Runtime
 versions) and writes inside loops keep the canonical form.
 """
@@ -41,7 +43,9 @@ from linnet.ir.core import Function, Value
 from linnet.onnx.runtime.graph import GraphIndex, remove_dead_nodes, rename_uses, replace_nodes
 from linnet.records import record
 
-WRITES = frozenset({"std.nn.cache::write_at", "std.nn.cache::write_span"})
+WRITES = frozenset(
+    {"std.nn.cache::write_at", "std.nn.cache::write_span", "std.nn.cache::write_rows"}
+)
 _DTYPES = frozenset({"f16", "f32", "f64"})
 
 
@@ -68,7 +72,10 @@ def find_writes(fn: Function) -> list[CacheWrite]:
         if path is None or fn.state_updates.get(path) is not op.results[0]:
             continue
         span, size = value.type.shape[2], cache.type.shape[2]
-        if cache.type.dtype in _DTYPES and at.type.shape == () and span <= size:
+        # write_at / write_span: one position for every row; write_rows: one per row
+        rows = op.attrs["callee"] == "std.nn.cache::write_rows"
+        at_shape = (cache.type.shape[0],) if rows else ()
+        if cache.type.dtype in _DTYPES and at.type.shape == at_shape and span <= size:
             found.append(CacheWrite(path, value, at, size))
     return found
 
@@ -146,15 +153,38 @@ def _scatter(
         )
 
     at_type = write.at.type.dtype
+    cast = (
+        helper.make_node("Cast", [at], [name("at")], to=TensorProto.INT64)
+        if at_type != "i64"
+        else helper.make_node("Identity", [at], [name("at")])
+    )
+    if write.at.type.shape:  # write_rows: row b's one position is at[b]
+        return [
+            const("size", np.array(size, np.int64)),
+            const("zero", np.array(0, np.int64)),
+            const("shape", np.array([batch, 1, 1, 1], np.int64)),
+            const("full", np.array([batch, heads, 1, width], np.int64)),
+            cast,
+            helper.make_node("Mod", [name("at"), name("size")], [name("wrapped")]),
+            helper.make_node("GreaterOrEqual", [name("at"), name("zero")], [name("low")]),
+            helper.make_node("Less", [name("at"), name("size")], [name("high")]),
+            helper.make_node("And", [name("low"), name("high")], [name("inside")]),
+            helper.make_node("Reshape", [name("wrapped"), name("shape")], [name("index1")]),
+            helper.make_node("Expand", [name("index1"), name("full")], [name("index")]),
+            helper.make_node("Reshape", [name("inside"), name("shape")], [name("mask")]),
+            helper.make_node("GatherElements", [state, name("index")], [name("old")], axis=2),
+            helper.make_node("Where", [name("mask"), value, name("old")], [name("rows_new")]),
+            helper.make_node(
+                "ScatterElements", [state, name("index"), name("rows_new")], [out], axis=2
+            ),
+        ]
     return [
         const("rows", np.arange(span, dtype=np.int64)),
         const("size", np.array(size, np.int64)),
         const("zero", np.array(0, np.int64)),
         const("shape", np.array([1, 1, span, 1], np.int64)),
         const("full", np.array([batch, heads, span, width], np.int64)),
-        helper.make_node("Cast", [at], [name("at")], to=TensorProto.INT64)
-        if at_type != "i64"
-        else helper.make_node("Identity", [at], [name("at")]),
+        cast,
         helper.make_node("Add", [name("at"), name("rows")], [name("positions")]),
         helper.make_node("Mod", [name("positions"), name("size")], [name("wrapped")]),
         helper.make_node("GreaterOrEqual", [name("positions"), name("zero")], [name("low")]),

@@ -193,6 +193,36 @@ class OnnxModel:
         """Zero every state member where it lives (language.md 12.6)."""
         self._states.reset()
 
+    def update_weights(self, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
+        """Copy new values into the bound weights by path, every session seeing them at once.
+
+        Each array must have the weight's shape; it is converted to its dtype. A
+        weight on a device, or in writable host memory, is overwritten in place; one
+        memory-mapped read-only from SafeTensors gets a private copy, bound into
+        every session made so far (and those made later).
+        """
+        for path, array in arrays.items():
+            value = self.weights.get(path)
+            t = self.model.tensors.get(path)
+            if value is None or t is None:
+                raise LinnetError(f"update_weights: the model has no bound weight at `{path}`")
+            host = host_array(np.asarray(array), t.type.dtype)
+            if host.shape != t.type.shape:
+                raise LinnetError(
+                    f"update_weights: `{path}` has shape {t.type.shape}, got {host.shape}"
+                )
+            if self.device.kind != "cpu":
+                value.update_inplace(host)
+                continue
+            backing = getattr(value, "_numpy_obj", None)
+            if isinstance(backing, np.ndarray) and backing.flags.writeable:
+                np.copyto(backing, host.view(backing.dtype))
+                continue
+            fresh = ortvalue(host.copy(), t.type.dtype, self.device)
+            self.weights[path] = fresh
+            for session in self._sessions.values():
+                session.rebind_weight(path, fresh)
+
     def place(self, array: object, dtype: str | None = None) -> ort.OrtValue:
         """`array` as an `OrtValue` on the model's device, converted to the Linnet `dtype`
         (default: its own), for inputs passed to many calls without a copy each."""

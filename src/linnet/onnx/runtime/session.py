@@ -169,6 +169,12 @@ class EntrySession:
     def providers(self) -> list[str]:
         return list(self.session.get_providers())
 
+    def rebind_weight(self, path: str, value: ort.OrtValue) -> None:
+        """Bind `value` as the weight at `path` from the next run on."""
+        for name, bound in self.contract.weights.items():
+            if bound == path:
+                self.binding.bind_ortvalue_input(name, value)
+
     def run(
         self,
         inputs: Sequence[ort.OrtValue],

@@ -1,0 +1,136 @@
+"""`linnet serve` and `linnet generate`: a decoder, its tokenizer, text in and text out.
+
+Both load the same way: `--source FILE` (a `.linnet` file or package whose root
+block has the `prefill_slots` / `decode_rows` entries, like examples/01-llama),
+`--weights` (SafeTensors file or folder), `--tokenizer DIR` (a folder with
+`tokenizer.json`), generics from `--generics FILE.json` and/or `--bind G=V`
+(the cache's `Batch` rows and `MaxSeq` positions among them), `--backend torch`
+(default; `--device`) or `onnx`. Model cards (`linnet.nest`) will replace the
+first four options.
+
+`serve` runs the OpenAI-compatible server (`linnet.serve.server`) on
+`--host` (default 127.0.0.1: reachable from this machine only) and `--port`;
+`--api-key KEY` or `$LINNET_API_KEY` requires `Authorization: Bearer KEY`.
+`generate` streams the completion of `--prompt` to stdout (`--chat` renders it
+through the chat template first) and ends with the token count and tokens/s on
+stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from linnet.errors import LinnetError
+
+
+def load_engine(
+    source: Path,
+    weights: Path,
+    generics: Mapping[str, object],
+    *,
+    backend: str = "torch",
+    device: str = "cpu",
+    root: str | None = None,
+    std: Path | None = None,
+) -> Any:
+    """An `Engine` over the model, on `backend`."""
+    from linnet.serve import Engine
+
+    if backend == "torch":
+        try:
+            import linnet.torch as lt
+        except ImportError:
+            raise LinnetError(
+                "`--backend torch` needs PyTorch (pip install 'linnet-lang[torch]')"
+            ) from None
+        model: Any = lt.load(source, generics=generics, weights=weights, root=root, std_root=std,
+                             device=device, compile=True)  # fmt: skip
+    elif backend == "onnx":
+        from linnet.onnx.runtime.model import load_model
+
+        providers = ["CUDAExecutionProvider"] if device.startswith("cuda") else None
+        model = load_model(source, generics=generics, weights=weights, root=root, std_root=std,
+                           providers=providers)  # fmt: skip
+    else:
+        raise LinnetError(f"`--backend` takes `torch` or `onnx`, not `{backend}`")
+    return Engine(model)
+
+
+def read_generics(path: str | None, binds: Mapping[str, str]) -> dict[str, object]:
+    """`--generics FILE.json` (an object of generic values), overridden by `--bind G=V`."""
+    generics: dict[str, object] = {}
+    if path is not None:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise LinnetError(f"`--generics {path}`: {exc}") from None
+        if not isinstance(data, dict):
+            raise LinnetError(f"`--generics {path}` must hold a JSON object of generic values")
+        generics.update(data)
+    generics.update(binds)
+    return generics
+
+
+def run_serve(engine: Any, tokenizer_dir: Path, *, host: str, port: int, api_key: str | None,
+              name: str) -> int:  # fmt: skip
+    from linnet.serve.server import Server, serve
+    from linnet.serve.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_folder(tokenizer_dir)
+    key = api_key if api_key is not None else os.environ.get("LINNET_API_KEY") or None
+    server = Server(engine, tokenizer, model_name=name, api_key=key)
+    auth = "an API key required" if key else "no API key"
+    sys.stderr.write(
+        f"linnet serve: `{name}` on http://{host}:{port}/v1 ({engine.decoder.description}, "
+        f"{engine.rows} rows x {engine.max_seq} positions, {auth})\n"
+    )
+    serve(server, host=host, port=port)
+    return 0
+
+
+def run_generate(engine: Any, tokenizer_dir: Path, prompt: str, *, chat: bool, max_tokens: int,
+                 temperature: float, seed: int | None) -> int:  # fmt: skip
+    from linnet.serve import Request, TokenEvent
+    from linnet.serve.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_folder(tokenizer_dir)
+    if not engine.eos:
+        engine.eos = tokenizer.eos_ids
+    if chat:
+        ids = tokenizer.encode_chat([{"role": "user", "content": prompt}])
+    else:
+        ids = tokenizer.encode(prompt)
+    room = engine.max_seq - len(ids) + 1
+    if room < 1:
+        raise LinnetError(
+            f"the prompt has {len(ids)} tokens; the model's MaxSeq is {engine.max_seq}"
+        )
+    stream = tokenizer.stream(ids)
+
+    def show(event: TokenEvent) -> None:
+        text = stream.push(list(event.tokens))
+        if event.finished:
+            text += stream.flush()
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    request = Request(ids, max_new_tokens=min(max_tokens, room), temperature=temperature,
+                      seed=seed, on_token=show)  # fmt: skip
+    start = time.perf_counter()
+    (completion,), _ = engine.run([request])
+    seconds = time.perf_counter() - start
+    count = len(completion.tokens)
+    sys.stdout.write("\n")
+    rate = count / seconds if seconds > 0 else 0.0
+    ttft = completion.ttft or 0.0
+    sys.stderr.write(
+        f"-- {count} tokens in {seconds:.2f} s ({rate:.1f} tokens/s), first token after "
+        f"{ttft * 1000:.0f} ms, finish: {completion.finish_reason}\n"
+    )
+    return 0

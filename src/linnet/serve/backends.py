@@ -1,0 +1,159 @@
+"""The engine's view of a model: two batching entries, sampling, state and weights.
+
+Stage: between `Engine` and a loaded model (issue 14). The engine needs a
+decoder whose root block has the continuous-batching entries of the examples:
+
+- `prefill_slots<M, S>(tokens [M, S], slots [M], lengths [M]) -> [M, Vocab]`
+- `decode_rows(tokens [Batch, 1], positions [Batch]) -> [Batch, Vocab]`
+
+and the generics `Batch` (cache rows) and `MaxSeq` (cache positions). `decoder_for`
+wraps a `linnet.torch.LinnetModule` (`TorchDecoder`: inputs go to the module's
+device, logits stay there, sampling runs as torch ops) or a
+`linnet.onnx.load_model` model (`OnnxDecoder`: logits come back as NumPy,
+sampling runs in NumPy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from linnet.errors import LinnetError
+from linnet.ir.bind import BoundModel
+from linnet.serve.requests import TokenLogprob
+from linnet.serve.sampling import Choice, choose_numpy
+
+Array = np.ndarray[Any, Any]
+ENTRIES = ("prefill_slots", "decode_rows")
+
+
+class Decoder(Protocol):
+    """What `Engine` drives (see the module docstring)."""
+
+    rows: int
+    max_seq: int
+    description: str
+
+    def prefill(self, tokens: Array, slots: Array, lengths: Array) -> Any: ...
+    def decode(self, tokens: Array, positions: Array) -> Any: ...
+    def choose(
+        self, logits: Any, members: Sequence[int], choices: Sequence[Choice]
+    ) -> list[tuple[int, TokenLogprob | None]]: ...
+    def reset(self) -> None: ...
+    def load_weights(self, weights: Any, bindings: Any = None) -> None: ...
+
+
+def batching_shape(model: BoundModel, rows: int | None, max_seq: int | None) -> tuple[int, int]:
+    """The cache rows and positions: the `Batch` and `MaxSeq` generics unless given."""
+    missing = [e for e in ENTRIES if e not in model.entries]
+    if missing:
+        listed = ", ".join(f"`{n}`" for n in model.entries) or "none"
+        raise LinnetError(
+            f"the model has no {' or '.join(f'`{m}`' for m in missing)} entry, which "
+            f"linnet.serve needs for continuous batching (entries: {listed}); see "
+            "examples/01-llama for the entries a decoder provides"
+        )
+    found = []
+    for name, given in (("Batch", rows), ("MaxSeq", max_seq)):
+        value = given if given is not None else model.generics.get(name)
+        if not isinstance(value, int) or value < 1:
+            raise LinnetError(
+                f"linnet.serve: the model has no integer generic `{name}`; pass "
+                f"{'rows' if name == 'Batch' else 'max_seq'}= to the Engine"
+            )
+        found.append(value)
+    return found[0], found[1]
+
+
+def decoder_for(model: Any, rows: int | None = None, max_seq: int | None = None) -> Decoder:
+    """The `Decoder` of a loaded model (see the module docstring)."""
+    kind = type(model).__module__
+    if kind.startswith("linnet.torch"):
+        return TorchDecoder(model, rows, max_seq)
+    if kind.startswith("linnet.onnx"):
+        return OnnxDecoder(model, rows, max_seq)
+    raise LinnetError(
+        f"linnet.serve.Engine takes a linnet.torch module or a linnet.onnx.load_model "
+        f"model, got {type(model).__name__}"
+    )
+
+
+class TorchDecoder:
+    """A `linnet.torch.LinnetModule`; logits stay on its device."""
+
+    def __init__(self, module: Any, rows: int | None, max_seq: int | None) -> None:
+        import torch
+
+        self.torch = torch
+        self.module = module
+        self.rows, self.max_seq = batching_shape(module.linnet_model, rows, max_seq)
+        self.device = next(iter(module.buffers()), torch.zeros(())).device
+        self.description = f"linnet.torch on {self.device}"
+
+    def _entry(self, name: str, inputs: Sequence[Array]) -> Any:
+        torch = self.torch
+        tensors = [torch.from_numpy(x).to(self.device) for x in inputs]
+        with torch.no_grad():
+            return self.module.run_entry(name, tensors)
+
+    def prefill(self, tokens: Array, slots: Array, lengths: Array) -> Any:
+        return self._entry("prefill_slots", [tokens, slots, lengths])
+
+    def decode(self, tokens: Array, positions: Array) -> Any:
+        return self._entry("decode_rows", [tokens, positions])
+
+    def choose(
+        self, logits: Any, members: Sequence[int], choices: Sequence[Choice]
+    ) -> list[tuple[int, TokenLogprob | None]]:
+        from linnet.serve.sampling import choose_torch
+
+        index = self.torch.tensor(list(members), device=logits.device)
+        return choose_torch(logits.index_select(0, index), choices)
+
+    def reset(self) -> None:
+        self.module.reset_state()
+
+    def load_weights(self, weights: Any, bindings: Any = None) -> None:
+        """Bind `weights` like `linnet.torch.load` and copy them into the module's tensors."""
+        from linnet.torch.dtypes import to_torch
+        from linnet.torch.load import bind_weights
+
+        model = self.module.linnet_model
+        arrays = bind_weights(model, weights, bindings=bindings)
+        with self.torch.no_grad():
+            for path, array in arrays.items():
+                target = self.module.tensor(path)
+                target.copy_(to_torch(array, model.tensors[path].type.dtype, target.device))
+
+
+class OnnxDecoder:
+    """A `linnet.onnx.load_model` model; logits come back to the host."""
+
+    def __init__(self, model: Any, rows: int | None, max_seq: int | None) -> None:
+        self.model = model
+        self.rows, self.max_seq = batching_shape(model.model, rows, max_seq)
+        names = ", ".join(p if isinstance(p, str) else p[0] for p in model.providers)
+        self.description = f"ONNX Runtime ({names})"
+
+    def prefill(self, tokens: Array, slots: Array, lengths: Array) -> Any:
+        return self.model.run_entry("prefill_slots", [tokens, slots, lengths])
+
+    def decode(self, tokens: Array, positions: Array) -> Any:
+        return self.model.run_entry("decode_rows", [tokens, positions])
+
+    def choose(
+        self, logits: Any, members: Sequence[int], choices: Sequence[Choice]
+    ) -> list[tuple[int, TokenLogprob | None]]:
+        return choose_numpy(np.asarray(logits)[list(members)], choices)
+
+    def reset(self) -> None:
+        self.model.reset_state()
+
+    def load_weights(self, weights: Any, bindings: Any = None) -> None:
+        """Bind `weights` like `linnet.onnx.load_model` and copy them into the bound weights."""
+        from linnet.onnx.runtime.model import bind_weights
+
+        arrays: Mapping[str, Array] = bind_weights(self.model.model, weights, bindings=bindings)
+        self.model.update_weights(arrays)
