@@ -18,13 +18,16 @@ their bodies, `while` and `if` regions are not, since they may guard the use):
 - `gather x, idx {axis}`: every element of `idx` is in `0 .. x.shape[axis] - 1`;
 - `take x, idx_0, ..., idx_r`: every element of `idx_k` is in `0 .. x.shape[k] - 1`;
 - a `call` of a cache write of `std.nn.cache` (stdlib.md 10) into a `state`
-  member: `write_at` and `write_rows` need `at` in `0 .. S - 1`; `write_span`,
-  `write_slot` and `write_slots` write `N` positions from `at`, so `at` is in
-  `0 .. S - N` (`start + N <= S`); `slot` and `slots` are rows of the cache,
-  `0 .. B - 1`. The canonical bodies clip a write that leaves the cache (and
-  so index nothing themselves): into a state that loses a token for every
+  member: `write_at` needs `at` in `0 .. S - 1`; `write_span`, `write_slot`
+  and `write_slots` write `N` positions from `at`, so `at` is in `0 .. S - N`
+  (`start + N <= S`). The canonical bodies clip a write that leaves the cache
+  (and so index nothing themselves): into a state that loses a token for every
   later call without a sign, so the boundary refuses it. A write into a cache
   the caller passed in and gets back keeps stdlib's clipping, unchecked.
+  Per-row indices are not checked: `write_rows`' positions and the `slot` /
+  `slots` of `write_slot(s)` name one row each, and a row index outside the
+  cache is how a batching engine leaves an idle row untouched (stdlib: "rows
+  not listed are unchanged"; `linnet.serve` marks padding rows with -1).
 
 An index may be an input after value-preserving ops (`reshape`, `broadcast`,
 `permute`, widening integer `cast`) and the addition or subtraction of
@@ -56,9 +59,8 @@ CACHE_WRITES = {
     # callee: (index of `at`, index of the row operand or None)
     "std.nn.cache::write_at": (2, None),
     "std.nn.cache::write_span": (2, None),
-    "std.nn.cache::write_rows": (2, None),
-    "std.nn.cache::write_slot": (3, 2),
-    "std.nn.cache::write_slots": (3, 2),
+    "std.nn.cache::write_slot": (3, None),
+    "std.nn.cache::write_slots": (3, None),
 }
 """The cache writes of stdlib.md 10, by callee: the operand positions of `at` and the row."""
 
