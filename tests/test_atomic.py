@@ -185,3 +185,13 @@ def test_a_folder_without_permission_is_a_clear_error(tmp_path: Path) -> None:
             write_bytes(locked / "x", b"")
     finally:
         locked.chmod(0o700)
+
+
+def test_an_exclusive_write_never_replaces(tmp_path: Path) -> None:
+    target = tmp_path / "linnet.toml"
+    with atomic_write(target, exclusive=True) as out:
+        out.write(b"first")
+    with pytest.raises(FileExistsError), atomic_write(target, exclusive=True) as out:
+        out.write(b"second")
+    assert target.read_bytes() == b"first"
+    assert [p.name for p in tmp_path.iterdir()] == ["linnet.toml"]

@@ -427,6 +427,15 @@ def test_init_refuses_an_existing_manifest(
     assert not (tmp_path / "p" / "src").exists()
 
 
+def test_init_where_no_folder_can_be_made(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    write(tmp_path / "file.txt", "a file\n")
+    status, out, err = run(capsys, "init", str(Path("file.txt") / "sub"))
+    assert (status, out) == (1, "")
+    assert err.startswith(f"linnet: cannot create the folder `{Path('file.txt') / 'sub' / 'src'}`")
+
+
 # -- spec-test (wiring; the harness itself is in test_spec_test.py) ---------------------
 
 

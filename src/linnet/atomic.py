@@ -167,19 +167,28 @@ def _error(label: str, exc: OSError) -> LinnetError:
 
 @contextmanager
 def atomic_write(
-    path: str | os.PathLike[str], *, durable: bool = True, shown: str | None = None
+    path: str | os.PathLike[str],
+    *,
+    durable: bool = True,
+    shown: str | None = None,
+    exclusive: bool = False,
 ) -> Iterator[BinaryIO]:
     """A binary handle on a new file that replaces `path` when the block ends normally.
 
     An `OSError` (no space, `EFBIG`, no permission) becomes a `LinnetError`
     naming the file (as `shown`, when the caller resolved a path the user
     wrote another way); any failure removes the temporary file and leaves
-    `path` untouched. The folder must exist.
+    `path` untouched. The folder must exist. With `exclusive`, an existing
+    `path` is never replaced: the finished file is linked in under its name
+    (`os.link` fails if the name exists) and `FileExistsError` is raised.
     """
     target = Path(path)
     with _temporary(target, durable=durable, shown=shown) as (temporary, out):
         yield out
-    _rename_in(temporary, target, shown)
+    if exclusive:
+        _link_in(temporary, target, shown)
+    else:
+        _rename_in(temporary, target, shown)
 
 
 def write_bytes(
@@ -232,6 +241,18 @@ def _rename_in(temporary: Path, target: Path, shown: str | None) -> None:
         if isinstance(exc, OSError):
             raise _error(shown if shown is not None else str(target), exc) from None
         raise
+
+
+def _link_in(temporary: Path, target: Path, shown: str | None) -> None:
+    """`temporary` under the name `target` unless that exists (`FileExistsError`)."""
+    try:
+        os.link(temporary, target)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise _error(shown if shown is not None else str(target), exc) from None
+    finally:
+        _unlink_quietly(temporary)
 
 
 def _unlink_quietly(path: Path) -> None:
