@@ -13,7 +13,8 @@ from stdin, one a line, and answers on stdout:
   naming a file in the folder and "File too large", 4 anything else.
 - `save MODE VERSION`: saves VERSION itself; answers `saved`.
 
-MODE is `inline` (one file) or `external` (a data file beside the model).
+MODE is `inline` (one file), `external` (a data file beside the model) or
+`together` (`save_together`: `m.onnx` and `n.onnx` sharing one data file).
 Forking from this single-threaded process keeps each kill cheap, so the
 test can afford hundreds of them.
 """
@@ -33,7 +34,7 @@ import numpy as np
 
 from linnet.errors import LinnetError
 from linnet.ir.core import Builder, TensorType
-from linnet.onnx import export_ir
+from linnet.onnx import export_ir, save_together
 from linnet.onnx.export.result import ExportedModel
 
 WIDTH = 384
@@ -48,17 +49,30 @@ def weights(version: int) -> dict[str, np.ndarray[Any, Any]]:
     }
 
 
-def exported(version: int) -> ExportedModel:
-    """x @ w1 @ w2 with the weights of `version`."""
+def exported(version: int, arrays: dict[str, np.ndarray[Any, Any]] | None = None) -> ExportedModel:
+    """x @ w1 @ w2 with the weights of `version` (or `arrays`)."""
     b = Builder.for_function([("x", TensorType((2, WIDTH), "f32"))])
     w1 = b.param("w1", TensorType((WIDTH, WIDTH), "f32"))
     w2 = b.param("w2", TensorType((WIDTH, WIDTH), "f32"))
     h = b.contract(b.args[0], w1, lhs_contract=[1], rhs_contract=[0])
     out = b.contract(h, w2, lhs_contract=[1], rhs_contract=[0])
-    return export_ir(b.finish_function("mm", [out]), weights=weights(version))
+    return export_ir(b.finish_function("mm", [out]), weights=arrays or weights(version))
+
+
+def _pair(version: int) -> dict[str, ExportedModel]:
+    """Two entries exported from the same arrays: `save_together` writes them once."""
+    arrays = weights(version)
+    return {"m": exported(version, arrays), "n": exported(version, arrays)}
+
+
+PAIRS = {1: _pair(1), 2: _pair(2)}
+"""Never saved alone, so their weights stay pending (`save` inline would put them in)."""
 
 
 def _save(models: dict[int, ExportedModel], folder: Path, mode: str, version: int) -> None:
+    if mode == "together":  # m.onnx and n.onnx, one shared data file
+        save_together(PAIRS[version], folder / mode)
+        return
     target = folder / mode / "m.onnx"
     models[version].save(target, external_data=mode == "external")
 

@@ -1,9 +1,10 @@
 """Saving an exported model survives `kill -9` and a file-size limit at any point.
 
 A child process (`save_worker.py`) saves two versions of a small model over
-one another, inline and with a data file. The test SIGKILLs it at a random
+one another, inline, with a data file, and as two models sharing one data
+file (`save_together`). The test SIGKILLs it at a random
 moment, or starves its writes with `RLIMIT_FSIZE` at a random size, and then
-checks the destination: always version 1 or version 2, complete (`onnx.load`
+checks the destination: each model always version 1 or version 2, complete (`onnx.load`
 with its data, and a checksum of the weights equal to the one the test
 computes from the arrays themselves). After the next save no temporary file
 and no data file of another save is left. The default suite runs
@@ -35,7 +36,7 @@ import linnet
 
 ROUNDS = 15
 SLOW_ROUNDS = 400
-MODES = ("inline", "external")
+MODES = ("inline", "external", "together")
 _HERE = Path(__file__).parent
 
 
@@ -113,13 +114,18 @@ def _version_on_disk(target: Path, expected: dict[str, int]) -> int:
     return expected[checksum]
 
 
-def _debris(folder: Path) -> list[str]:
-    """Everything beside the model and the data file it points at."""
-    target = folder / "m.onnx"
-    used = {"m.onnx"}
-    stored = onnx.load(str(target), load_external_data=False)
-    for tensor in stored.graph.initializer:
-        used.update(e.value for e in tensor.external_data if e.key == "location")
+def _models(folder: Path, mode: str) -> list[Path]:
+    return [folder / "m.onnx", folder / "n.onnx"] if mode == "together" else [folder / "m.onnx"]
+
+
+def _debris(folder: Path, mode: str) -> list[str]:
+    """Everything beside the models and the data files they point at."""
+    used = set()
+    for model in _models(folder, mode):
+        used.add(model.name)
+        stored = onnx.load(str(model), load_external_data=False)
+        for tensor in stored.graph.initializer:
+            used.update(e.value for e in tensor.external_data if e.key == "location")
     return sorted(p.name for p in folder.iterdir() if p.name not in used)
 
 
@@ -127,10 +133,17 @@ def _assert_clean(folder: Path, mode: str) -> None:
     names = sorted(p.name for p in folder.iterdir())
     if mode == "inline":
         assert names == ["m.onnx"]
-    else:
+    elif mode == "external":
         assert len(names) == 2 and names[0] == "m.onnx", names
         assert re.fullmatch(r"m\.onnx\.[0-9a-f]{16}\.data", names[1])
-    assert _debris(folder) == []
+    else:
+        assert len(names) == 3 and names[:2] == ["m.onnx", "n.onnx"], names
+        assert re.fullmatch(r"weights\.[0-9a-f]{16}\.data", names[2])
+    assert _debris(folder, mode) == []
+
+
+def _versions_on_disk(folder: Path, mode: str, expected: dict[str, int]) -> set[int]:
+    return {_version_on_disk(model, expected) for model in _models(folder, mode)}
 
 
 def _kill_rounds(
@@ -148,9 +161,9 @@ def _kill_rounds(
         os.kill(pid, signal.SIGKILL)
         reaped = int(child.answer().removeprefix("reaped "))
         assert os.WIFSIGNALED(reaped) and os.WTERMSIG(reaped) == signal.SIGKILL
-        version = _version_on_disk(folder / "m.onnx", expected)
-        seen[f"version {version}"] += 1
-        debris = _debris(folder)
+        for version in _versions_on_disk(folder, mode, expected):
+            seen[f"version {version}"] += 1
+        debris = _debris(folder, mode)
         if any(".linnet-tmp-" in name for name in debris):
             seen["temporary left"] += 1
         if any(name.endswith(".data") for name in debris):
@@ -158,7 +171,7 @@ def _kill_rounds(
         assert all(".linnet-tmp-" in n or n.endswith(".data") for n in debris), debris
         next_version = 1 + turn % 2
         assert child.ask(f"save {mode} {next_version}") == "saved"
-        assert _version_on_disk(folder / "m.onnx", expected) == next_version
+        assert _versions_on_disk(folder, mode, expected) == {next_version}
         _assert_clean(folder, mode)
     print(f"\nSIGKILL {mode}, {rounds} rounds: {dict(sorted(seen.items()))}")
     # the kills landed mid-write, not only between saves
@@ -176,7 +189,7 @@ def _fsize_rounds(
     biggest = max(p.stat().st_size for p in folder.iterdir())
     seen: Counter[str] = Counter()
     for turn in range(rounds):
-        old = _version_on_disk(folder / "m.onnx", expected)
+        (old,) = _versions_on_disk(folder, mode, expected)
         before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
         new = 3 - old
         limit = rng.randrange(0, biggest * 5 // 4)
@@ -184,11 +197,11 @@ def _fsize_rounds(
         assert status in (0, 3), f"limit {limit}: status {status}"
         if status == 3:  # refused by name; everything as it was, no temporary left
             seen["refused"] += 1
-            assert _version_on_disk(folder / "m.onnx", expected) == old
+            assert _versions_on_disk(folder, mode, expected) == {old}
             assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == before
         else:
             seen["saved"] += 1
-            assert _version_on_disk(folder / "m.onnx", expected) == new
+            assert _versions_on_disk(folder, mode, expected) == {new}
             _assert_clean(folder, mode)
         if turn % 5 == 4:
             assert child.ask(f"save {mode} {1 + turn % 2}") == "saved"

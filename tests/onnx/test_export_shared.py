@@ -194,3 +194,16 @@ def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
         save_together({"m": exported}, tmp_path, data_file="sub/w.data")
     with pytest.raises(LinnetError, match="at least one"):
         save_together({}, tmp_path)
+
+
+def test_one_entry_saved_under_two_names(tmp_path: Path) -> None:
+    exported = export_ir(_scaled(40, ("w1",)), weights=_arrays(40))
+    paths = save_together({"a": exported, "b": exported}, tmp_path)
+    x = np.random.default_rng(1).normal(size=(2, 40)).astype(np.float32)
+    expected, _ = run_function(_scaled(40, ("w1",)), _arrays(40), {}, [x])
+    for path in paths.values():
+        stored = onnx.load(str(path), load_external_data=False)
+        keys = [e.key for e in stored.graph.initializer[0].external_data]
+        assert sorted(keys) == ["length", "location", "offset"]  # pointed once, not twice
+        (actual,) = _session(path).run(None, {"x": x})
+        np.testing.assert_allclose(actual, expected[0], rtol=1e-5, atol=1e-6)

@@ -152,7 +152,11 @@ def write_shared(
     try:
         with versioned_write(data_path, durable=False) as data:
             offset = 0
+            seen: set[int] = set()  # one exported entry saved under two names
             for model, payload, _ in models:
+                if id(model) in seen:
+                    continue
+                seen.add(id(model))
                 chunks: list[tuple[onnx.TensorProto, Any, tuple[int, int, str]]] = []
                 for tensor, array in pending_initializers(model, payload):
                     key = (
