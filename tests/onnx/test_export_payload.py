@@ -9,7 +9,6 @@ NumPy's allocations) checks that export and save copy no weight.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import tracemalloc
 from pathlib import Path
@@ -64,7 +63,6 @@ def test_saved_with_external_data_runs_like_the_interpreter(tmp_path: Path) -> N
     path = exported.save(tmp_path / "mlp.onnx", external_data=True)
     (data,) = [p.name for p in tmp_path.iterdir() if p.name != "mlp.onnx"]
     assert re.fullmatch(r"mlp\.onnx\.[0-9a-f]{16}\.data", data)
-    assert data[9:25] == hashlib.sha256((tmp_path / data).read_bytes()).hexdigest()[:16]
     onnx.checker.check_model(str(path), full_check=True)
 
     stored = onnx.load(str(path), load_external_data=False)
@@ -112,8 +110,9 @@ def test_saving_again_over_the_same_files(tmp_path: Path) -> None:
     exported.save(tmp_path / "m.onnx", external_data=True)
     first = sorted(p.name for p in tmp_path.iterdir())
     exported.save(tmp_path / "m.onnx", external_data=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == first  # the same content, the same name
-    size = (tmp_path / first[1]).stat().st_size
+    second = sorted(p.name for p in tmp_path.iterdir())
+    assert len(second) == 2 and second != first  # a new data file; the old one went
+    size = (tmp_path / second[1]).stat().st_size
     exported.save(tmp_path / "m.onnx")  # small: one file, the weights put in the message
     assert size >= 2 * 64 * 64 * 4
     assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]  # the data file nothing reads went

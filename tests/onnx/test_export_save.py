@@ -27,7 +27,7 @@ def _embedding(rows: int, width: int) -> Function:
 
 
 def _data_file(folder: Path, model: str) -> Path:
-    """The one data file of `model`: `<model>.<16 hex digits of its digest>.data`."""
+    """The one data file of `model`: `<model>.<16 hex digits of its version>.data`."""
     (found,) = [
         p for p in folder.iterdir() if re.fullmatch(rf"{model}\.[0-9a-f]{{16}}\.data", p.name)
     ]

@@ -7,10 +7,10 @@ initializer name (`Payload`). Out: the arrays put into the message as
 `raw_data` (`materialize`, for a caller that wants a complete in-memory
 model), or a data file written from the arrays with the message pointing
 into it (`write_external`), or one data file shared by several entries
-exported from the same arrays (`write_shared`). A data file is named after
-its content (`m.onnx.<digest>.data`) so that a model and its data file are
-replaced without a reader ever seeing one point at the other's
-predecessor: `linnet.atomic` documents the protocol. `write_inline` writes
+exported from the same arrays (`write_shared`). Each save writes its data
+file under a new name (`m.onnx.<version>.data`) so that a model and its
+data file are replaced without a reader ever seeing one point at the
+other's predecessor: `linnet.atomic` documents the protocol. `write_inline` writes
 a whole model through the same writer.
 
 Why: a protobuf `bytes` field only takes a `bytes` object, so embedding a
@@ -96,8 +96,8 @@ def write_external(
 ) -> Path:
     """Write `model` to `target` and its weights to a data file beside it; the data file's path.
 
-    The data file is `<target name>.<digest>.data` (`linnet.atomic.versioned_name`
-    of `<target name>.data`). Each pending initializer points into it while
+    The data file is `<target name>.<version>.data` (`linnet.atomic.versioned_name`
+    of `<target name>.data`, a new name for every save). Each pending initializer points into it while
     the message is serialised, and is a bare declaration again afterwards, so
     `model` and `payload` are unchanged and a later `materialize` or save
     still works. With `message_tensors`, tensors already in the message
@@ -124,7 +124,7 @@ def write_shared(
 ) -> Path:
     """Write each model to its path and every distinct pending array once to one data file.
 
-    The data file is `data_path` renamed after its content
+    The data file is `data_path` under a new versioned name
     (`linnet.atomic.versioned_write`); its path is returned. Entries
     exported from the same arrays (a `prefill` and a `decode` of one
     checkpoint) share them: an array is the same as one already written when

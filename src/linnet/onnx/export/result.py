@@ -10,7 +10,7 @@ Embedded weights stay out of the message until someone needs them there
 in-memory model, what small models and tests want), while `save` with
 external data writes them straight from the arrays and never builds them
 into the message at all. A protobuf message cannot be serialised past 2 GB
-(field-notes.md), so `save` writes the tensors to `<file>.<digest>.data` beside the
+(field-notes.md), so `save` writes the tensors to `<file>.<version>.data` beside the
 model when they add up to more than `PROTOBUF_LIMIT` (or when asked to);
 `.model` stays complete (or completable) either way.
 """
@@ -153,8 +153,8 @@ class ExportedModel:
     ) -> Path:
         """Write the model; tensors go to a data file past `limit` bytes (or if asked).
 
-        The data file is `<name>.<digest>.data` beside the model, named after
-        its content (`linnet.atomic`: the model and its data are replaced
+        The data file is `<name>.<version>.data` beside the model, a new
+        name for every save (`linnet.atomic`: the model and its data are replaced
         together, a kill leaves the old pair or the new one, and data files
         of earlier saves go once no model refers to them). Pending weights
         (`.model` not used yet) go from their arrays to the data file in one
@@ -198,8 +198,8 @@ def save_together(
     The entries of one model (`prefill` and `decode`, say) hold the same
     weights; saved one by one, each writes its own copy of them. Here every
     array is written once to one data file and each model points into it
-    (`<data_file>` named after its content: `weights.<digest>.data`, see
-    `linnet.atomic`), when the entries were exported from the same arrays (weights opened
+    (`<data_file>` under a new versioned name each save: `weights.<version>.data`,
+    see `linnet.atomic`), when the entries were exported from the same arrays (weights opened
     once, e.g. `linnet.weights.safetensors.read_safetensors`, and passed to
     each `export_model`); a weight only one entry holds is written for it
     alone. An entry whose weights are already in its message (`.model` was
