@@ -8,7 +8,7 @@ its alone:
 - linnet: `export_model` of examples/01-llama (transformers' `LlamaForCausalLM`
   in Linnet) from a SafeTensors file opened once, the `prefill` entry for 32
   tokens and the `decode` entry, saved by `save_together`: two model files
-  pointing into one `weights.data` (external data) holding each weight once;
+  pointing into one `weights.<version>.data` (external data) holding each weight once;
 - torch: transformers' `LlamaForCausalLM` loaded from the same file, exported
   by `torch.onnx.export(..., dynamo=True)` for a 32-token `input_ids` without a
   KV cache (`use_cache=False`), written with external data.
@@ -99,7 +99,7 @@ def child_linnet(sizes: dict[str, int], work: Path) -> dict[str, Any]:
         )
         times[entry] = time.perf_counter() - began
     began = time.perf_counter()
-    save_together(exported, out)  # both graphs point into one weights.data
+    save_together(exported, out)  # both graphs point into one weights.<version>.data
     times["save"] = time.perf_counter() - began
     seconds = time.perf_counter() - start
     files = {p.name: p.stat().st_size for p in out.iterdir()}

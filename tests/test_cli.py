@@ -207,6 +207,28 @@ def test_check_json_on_stdout_only(capsys: pytest.CaptureFixture[str], tmp_path:
     assert document["diagnostics"][0]["location"]["file"] == "bad.linnet"
 
 
+@pytest.mark.parametrize("command", ["check", "lint"])
+def test_check_json_when_the_check_cannot_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    (tmp_path / "empty").mkdir()
+    cases = {
+        "missing.linnet": "cannot read `missing.linnet`: no such file",
+        "empty": "no .linnet files in `empty`",
+    }
+    for path, message in cases.items():
+        status, out, err = run(capsys, command, "--json", path)
+        assert (status, err) == (1, "")
+        assert out.endswith("}\n") and out.count("\n") == 1
+        document = json.loads(out)
+        assert document["version"] == 1 and document["diagnostics"] == []
+        assert document["summary"] == {"errors": 1, "warnings": 0}
+        assert document["error"].startswith(message), document["error"]
+    # without --json the same failures stay one line on stderr
+    status, out, err = run(capsys, command, "missing.linnet")
+    assert (status, out) == (1, "") and err.startswith("linnet: cannot read `missing.linnet`")
+
+
 def test_check_a_valid_file_prints_nothing(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -451,6 +473,15 @@ def test_init_refuses_an_existing_manifest(
     assert err == f"linnet: `{Path('p') / 'linnet.toml'}` already exists; nothing was written\n"
     assert (tmp_path / "p" / "linnet.toml").read_text() == "# mine\n"
     assert not (tmp_path / "p" / "src").exists()
+
+
+def test_init_where_no_folder_can_be_made(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    write(tmp_path / "file.txt", "a file\n")
+    status, out, err = run(capsys, "init", str(Path("file.txt") / "sub"))
+    assert (status, out) == (1, "")
+    assert err.startswith(f"linnet: cannot create the folder `{Path('file.txt') / 'sub' / 'src'}`")
 
 
 # -- spec-test (wiring; the harness itself is in test_spec_test.py) ---------------------

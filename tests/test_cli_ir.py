@@ -204,3 +204,55 @@ def test_pack_and_dtype_bindings(
     status, out, err = run(capsys, "inspect", "--ir", *argv, str(source))
     assert (status, err) == (0, "")
     assert out.splitlines()[0].startswith(f"entry total(%0 x: {input_type}) -> (")
+
+
+HUGE = 2**40
+POSITIONS = """\
+module positions
+
+pub block Positions<N: Dim> {
+    param w: Tensor[N; f32]
+
+    pub entry forward(x: Tensor[N; f32]) -> Tensor[N; f32] {
+        return x + w + cast<f32>(iota<i32>(N))
+    }
+}
+"""
+
+
+def test_huge_dimensions_print_as_torch_and_are_refused_by_onnx_by_name(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Printing source allocates nothing (an iota of 2**40 would be 4 TiB); ONNX indexes in i32."""
+    source = tmp_path / "positions.linnet"
+    source.write_text(POSITIONS, encoding="utf-8")
+    status, out, err = run(capsys, "torch", "--bind", f"N={HUGE}", str(source))
+    assert (status, err) == (0, "")
+    assert "def entry(W, S, H, x):" in out
+    _, small, _ = run(capsys, "torch", "--bind", "N=4", str(source))
+    assert out.replace(str(HUGE), "4") == small  # the same source as for a small extent
+    status, out, err = run(capsys, "onnx", "--bind", f"N={HUGE}", str(source))
+    assert (status, out) == (1, "")
+    assert err == (
+        f"linnet: cannot export entry `forward` to ONNX: input `x` has extent {HUGE} "
+        f"(axis 0 of f32[{HUGE}]), past the i32 range (at most 2147483647) the exported graph "
+        "indexes in\n"
+    )
+    status, _, err = run(capsys, "onnx", "--bind", f"N={2**31 - 1}", str(source))
+    assert status == 0, err  # the largest extent that fits: printed as text, nothing allocated
+
+
+@pytest.mark.slow
+def test_huge_llama_hidden_size(capsys: pytest.CaptureFixture[str]) -> None:
+    llama = Path(__file__).resolve().parent.parent / "examples" / "01-llama" / "src" / "lib.linnet"
+    binds = [
+        f"--bind={g}" for g in (
+            "Vocab=11", "Heads=2", "KvHeads=1", "Inner=16", "Layers=2", "Batch=1", "MaxSeq=8",
+            f"H={HUGE}",
+        )
+    ]  # fmt: skip
+    status, out, err = run(capsys, "torch", "--entry", "decode", *binds, str(llama))
+    assert (status, err) == (0, "") and "def entry(" in out
+    status, out, err = run(capsys, "onnx", "--entry", "decode", *binds, str(llama))
+    assert (status, out) == (1, "")
+    assert "param `model.embed_tokens.weight` has extent 1099511627776" in err

@@ -243,6 +243,25 @@ def test_malformed_headers_name_the_file(tmp_path: Path, case: str) -> None:
         safetensors.numpy.load_file(str(path))
 
 
+def test_a_deeply_nested_header_is_refused_without_recursion(tmp_path: Path) -> None:
+    depth = 100_000
+    deep = _write_raw(
+        tmp_path / "deep.safetensors", None, raw=b'{"a": ' + b"[" * depth + b"]" * depth + b"}"
+    )
+    with pytest.raises(LinnetError, match=r"deep\.safetensors: .*nested 100001 levels deep"):
+        SafeTensorsFile(deep)
+    # brackets inside names do not count; a valid header's three levels pass
+    quoted = {'a[[[[{{"': {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}
+    path = _write_raw(tmp_path / "quoted.safetensors", quoted, b"\0" * 4)
+    assert list(SafeTensorsFile(path).tensors) == ['a[[[[{{"']
+    # one level more than a valid header: refused by the reference reader too
+    path = _write_raw(tmp_path / "four.safetensors", None, raw=b'{"a": {"shape": [[1]]}}')
+    with pytest.raises(LinnetError, match="nested 4 levels deep"):
+        SafeTensorsFile(path)
+    with pytest.raises(Exception):  # noqa: B017 - any error of the reference reader
+        safetensors.numpy.load_file(str(path))
+
+
 def test_truncated_data_and_header_length(tmp_path: Path) -> None:
     good = tmp_path / "good.safetensors"
     save_safetensors({"w": np.ones(16, np.float32)}, good)

@@ -281,7 +281,14 @@ def _run_check(invocation: Invocation) -> int:
     if not invocation.operands:
         raise UsageError(f"`{invocation.command}` needs at least one path")
     strict = "--strict" in invocation.flags or invocation.command == "lint"
-    program = check_paths([Path(p) for p in invocation.operands], invocation.std)
+    try:
+        program = check_paths([Path(p) for p in invocation.operands], invocation.std)
+    except LinnetError as exc:
+        if "--json" not in invocation.flags:
+            raise
+        # a missing path, a folder without sources: still one JSON document
+        sys.stdout.write(render_json(exc.diagnostics, failure=exc.message) + "\n")
+        return EXIT_FAILURE
     diagnostics = program.diagnostics
     if "--json" in invocation.flags:
         sys.stdout.write(render_json(diagnostics) + "\n")

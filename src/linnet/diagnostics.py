@@ -374,18 +374,24 @@ def diagnostic_json(diagnostic: Diagnostic) -> dict[str, object]:
     }
 
 
-def render_json(diagnostics: Sequence[Diagnostic]) -> str:
+def render_json(diagnostics: Sequence[Diagnostic], failure: str | None = None) -> str:
     """The one JSON document of 16.4, compact like the reference's, without a final newline.
 
     ASCII-only (non-ASCII text is escaped), so it survives any output encoding.
+    `failure` is why the check could not run at all (a path that does not
+    exist, a folder without sources): it goes into an added `error` field
+    (16.4: adding fields keeps the version) and counts as one error, so a
+    `--json` caller always gets a document to read.
     """
     import json  # NOTE: lazy; the human path of `linnet check` never needs it
 
     errors = sum(1 for d in diagnostics if d.severity == "error")
     warnings = sum(1 for d in diagnostics if d.severity == "warning")
-    document = {
+    document: dict[str, object] = {
         "version": 1,
         "diagnostics": [diagnostic_json(d) for d in diagnostics],
-        "summary": {"errors": errors, "warnings": warnings},
+        "summary": {"errors": errors + (failure is not None), "warnings": warnings},
     }
+    if failure is not None:
+        document["error"] = _clean(failure)
     return json.dumps(document, separators=(",", ":"))

@@ -45,10 +45,10 @@ if TYPE_CHECKING:
 
 
 def check_paths(
-    paths: Sequence[Path],
-    std_root: Path | None = None,
+    paths: Sequence[str | os.PathLike[str]],
+    std_root: str | os.PathLike[str] | None = None,
     *,
-    relative_to: Path | None = None,
+    relative_to: str | os.PathLike[str] | None = None,
 ) -> CheckedProgram:
     """Check files and directories (searched recursively for `*.linnet`, 18.2).
 
@@ -58,7 +58,11 @@ def check_paths(
     from linnet.check.modules import load_program
 
     # 1. read, lex and parse every named file and every module it imports (sections 2-4)
-    graph = load_program(paths, std_root, relative_to=relative_to)
+    graph = load_program(
+        [Path(p) for p in paths],
+        _optional_path(std_root),
+        relative_to=_optional_path(relative_to),
+    )
     # 2. names, types, shapes and proofs (sections 5-15), only for an error-free graph
     return check_loaded(graph)
 
@@ -66,13 +70,13 @@ def check_paths(
 def check_source(
     text: str,
     path: str = "<input>",
-    std_root: Path | None = None,
+    std_root: str | os.PathLike[str] | None = None,
 ) -> CheckedProgram:
     """Check in-memory text as the root module (tests, editors, fuzzing)."""
     from linnet.check.modules import load_source
 
     # 1. lex and parse the text, then load what it imports (sections 2-4)
-    graph = load_source(text, path, std_root)
+    graph = load_source(text, path, _optional_path(std_root))
     # 2. semantic checking (sections 5-15)
     return check_loaded(graph)
 
@@ -130,7 +134,7 @@ def bind_weights(
     model: BoundModel,
     source: CheckpointSource,
     *,
-    bindings: Bindings | Mapping[str, str] | str | Path | None = None,
+    bindings: Bindings | Mapping[str, str] | str | os.PathLike[str] | None = None,
     cast_dtype: bool = False,
     strict: bool = True,
 ) -> BoundWeights:
@@ -198,11 +202,11 @@ class Compiled:
 
 
 def load_model(
-    path: Path,
+    path: str | os.PathLike[str],
     *,
     root: str | None = None,
     generics: Mapping[str, object] | None = None,
-    std_root: Path | None = None,
+    std_root: str | os.PathLike[str] | None = None,
 ) -> BoundModel:
     """Check `path` and bind its root block (a program with errors raises `LinnetError`)."""
     # 1-2. read, parse and check the file and its imports
@@ -256,7 +260,7 @@ def _stop_on_errors(program: CheckedProgram) -> None:
 
 
 def load_entry(
-    path: Path,
+    path: str | os.PathLike[str],
     target: Target,
     *,
     weights: CheckpointSource | None = None,
@@ -266,3 +270,7 @@ def load_entry(
     # 1-2. read, parse and check the file and its imports
     program = check_paths([path], target.std)
     return compile_entry(program, target, weights=weights, optimized=optimized)
+
+
+def _optional_path(path: str | os.PathLike[str] | None) -> Path | None:
+    return None if path is None else Path(path)

@@ -9,6 +9,7 @@ NumPy's allocations) checks that export and save copy no weight.
 
 from __future__ import annotations
 
+import re
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,8 @@ def test_saved_with_external_data_runs_like_the_interpreter(tmp_path: Path) -> N
     x = np.random.default_rng(1).normal(size=(2, 600)).astype(np.float32)
     exported = export_ir(fn, weights=weights)
     path = exported.save(tmp_path / "mlp.onnx", external_data=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp.onnx", "mlp.onnx.data"]
+    (data,) = [p.name for p in tmp_path.iterdir() if p.name != "mlp.onnx"]
+    assert re.fullmatch(r"mlp\.onnx\.[0-9a-f]{16}\.data", data)
     onnx.checker.check_model(str(path), full_check=True)
 
     stored = onnx.load(str(path), load_external_data=False)
@@ -68,7 +70,7 @@ def test_saved_with_external_data_runs_like_the_interpreter(tmp_path: Path) -> N
     for tensor in stored.graph.initializer:
         assert tensor.data_location == onnx.TensorProto.EXTERNAL and not tensor.raw_data
         info = {e.key: e.value for e in tensor.external_data}
-        assert info["location"] == "mlp.onnx.data"
+        assert info["location"] == data
         offsets[tensor.name] = int(info["offset"])
     assert offsets["param0"] % PAGE_ALIGN == 0 and offsets["param2"] % PAGE_ALIGN == 0
     assert offsets["param1"] % SMALL_ALIGN == 0
@@ -106,10 +108,14 @@ def test_saving_again_over_the_same_files(tmp_path: Path) -> None:
     weights = _weights(64)
     exported = export_ir(_mlp(64), weights=weights)
     exported.save(tmp_path / "m.onnx", external_data=True)
+    first = sorted(p.name for p in tmp_path.iterdir())
     exported.save(tmp_path / "m.onnx", external_data=True)
-    size = (tmp_path / "m.onnx.data").stat().st_size
+    second = sorted(p.name for p in tmp_path.iterdir())
+    assert len(second) == 2 and second != first  # a new data file; the old one went
+    size = (tmp_path / second[1]).stat().st_size
     exported.save(tmp_path / "m.onnx")  # small: one file, the weights put in the message
     assert size >= 2 * 64 * 64 * 4
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]  # the data file nothing reads went
     loaded = onnx.load(str(tmp_path / "m.onnx"))
     assert all(t.data_location == onnx.TensorProto.DEFAULT for t in loaded.graph.initializer)
     np.testing.assert_array_equal(numpy_helper.to_array(loaded.graph.initializer[2]), weights["w2"])

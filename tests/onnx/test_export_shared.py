@@ -13,6 +13,7 @@ files get the permissions of any other new file.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -61,16 +62,19 @@ def test_llama_prefill_and_decode_share_one_data_file(tmp_path: Path) -> None:
         "decode": export_model(SOURCE, generics=CONFIG, weights=opened, entry="decode"),
     }
     paths = save_together(exports, out)
-    assert sorted(p.name for p in out.iterdir()) == ["decode.onnx", "prefill.onnx", "weights.data"]
+    names = sorted(p.name for p in out.iterdir())
+    assert names[:2] == ["decode.onnx", "prefill.onnx"] and len(names) == 3
+    data_name = names[2]
+    assert re.fullmatch(r"weights\.[0-9a-f]{16}\.data", data_name)
     weight_bytes = sum(a.nbytes for a in arrays.values())
-    data_size = (out / "weights.data").stat().st_size
+    data_size = (out / data_name).stat().st_size
     assert weight_bytes * 0.95 < data_size < weight_bytes * 1.6, (data_size, weight_bytes)
 
     # both models point into the one file, at the same place for the same path
     by_path: dict[str, set[tuple[int, int]]] = {}
     for name, path in paths.items():
         places = _external(path)
-        assert {location for location, _, _ in places.values()} == {"weights.data"}
+        assert {location for location, _, _ in places.values()} == {data_name}
         for io in exports[name].by_role("param"):
             if io.name in places:
                 by_path.setdefault(io.path or "", set()).add(places[io.name][1:])
@@ -133,7 +137,8 @@ def test_weights_one_entry_reads_and_tied_weights(tmp_path: Path) -> None:
     both = export_ir(_scaled(width, ("w1", "w2")), weights=arrays)
     tied = export_ir(_scaled(width, ("tied", "w1")), weights=arrays)
     paths = save_together({"both": both, "tied": tied}, tmp_path, data_file="shared.bin")
-    size = (tmp_path / "shared.bin").stat().st_size
+    (data,) = [p for p in tmp_path.iterdir() if re.fullmatch(r"shared\.[0-9a-f]{16}\.bin", p.name)]
+    size = data.stat().st_size
     one = width * width * 4
     assert 2 * one <= size < 3 * one  # w1 (= tied) and w2, each once
     x = np.random.default_rng(1).normal(size=(2, width)).astype(np.float32)
@@ -189,3 +194,16 @@ def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
         save_together({"m": exported}, tmp_path, data_file="sub/w.data")
     with pytest.raises(LinnetError, match="at least one"):
         save_together({}, tmp_path)
+
+
+def test_one_entry_saved_under_two_names(tmp_path: Path) -> None:
+    exported = export_ir(_scaled(40, ("w1",)), weights=_arrays(40))
+    paths = save_together({"a": exported, "b": exported}, tmp_path)
+    x = np.random.default_rng(1).normal(size=(2, 40)).astype(np.float32)
+    expected, _ = run_function(_scaled(40, ("w1",)), _arrays(40), {}, [x])
+    for path in paths.values():
+        stored = onnx.load(str(path), load_external_data=False)
+        keys = [e.key for e in stored.graph.initializer[0].external_data]
+        assert sorted(keys) == ["length", "location", "offset"]  # pointed once, not twice
+        (actual,) = _session(path).run(None, {"x": x})
+        np.testing.assert_allclose(actual, expected[0], rtol=1e-5, atol=1e-6)

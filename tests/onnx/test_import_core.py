@@ -76,7 +76,7 @@ def test_result_source_and_files(tmp_path: Path) -> None:
     stored = read_safetensors(tmp_path / "weights" / "model.safetensors")
     assert set(stored) == set(result.parameters)
     assert json.loads((tmp_path / "weights" / "bindings.json").read_text()) == {}
-    assert not list(tmp_path.glob(".*.tmp"))
+    assert not list(tmp_path.rglob(".*.linnet-tmp-*"))
     x = np.random.default_rng(1).normal(size=(3, 4)).astype(np.float32)
     (expected,) = run_onnxruntime(_dense(), {"x": x})
     (actual,) = run_imported(result, [x])

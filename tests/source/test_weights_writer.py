@@ -38,7 +38,7 @@ def test_ranges_and_arrays_read_back_exactly(tmp_path: Path) -> None:
     safetensors = pytest.importorskip("safetensors.numpy")
     loaded = safetensors.load_file(str(target))
     np.testing.assert_array_equal(loaded["layers.0.weight"], big)
-    assert not list(target.parent.glob(".*.tmp"))
+    assert not list(target.parent.glob(".*.linnet-tmp-*"))
 
 
 def test_a_short_source_file_is_an_error_and_nothing_is_written(tmp_path: Path) -> None:
@@ -47,4 +47,4 @@ def test_a_short_source_file_is_an_error_and_nothing_is_written(tmp_path: Path) 
     target = tmp_path / "model.safetensors"
     with pytest.raises(LinnetError, match="ends before"):
         write_safetensors(target, [StoredTensor("w", "f32", (4,), FileRange(blob, 0, 16))])
-    assert not target.exists() and not list(tmp_path.glob(".*.tmp"))
+    assert not target.exists() and not list(tmp_path.glob(".*.linnet-tmp-*"))

@@ -45,7 +45,9 @@ def show_torch(path: Path, target: Target, color: bool) -> int:
         ) from None
     from linnet.torch.codegen import generate
 
-    generated = generate(compiled.function, torch.device("cpu"), hoist_weights=True)
+    # The meta device: constants and iotas the source refers to are never
+    # allocated (H = 2**40 prints as it would for H = 8, not a terabyte of arange).
+    generated = generate(compiled.function, torch.device("meta"), hoist_weights=True)
     sys.stdout.write(generated.source)
     return 0
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from linnet.atomic import atomic_write, ensure_folder
 from linnet.check.package import (
     LANGUAGE_VERSION,
     MANIFEST_NAME,
@@ -68,19 +69,16 @@ def init_package(directory: Path) -> str:
         raise LinnetError(f"`{directory}` exists and is not a directory")
     name = package_name(directory)
     lib = directory / "src" / "lib.linnet"
+    ensure_folder(lib.parent)
+    text = MANIFEST_TEMPLATE.format(name=name, language=LANGUAGE_VERSION)
     try:
-        lib.parent.mkdir(parents=True, exist_ok=True)
-        with manifest.open("x", encoding="utf-8", newline="\n") as out:
-            out.write(MANIFEST_TEMPLATE.format(name=name, language=LANGUAGE_VERSION))
+        with atomic_write(manifest, exclusive=True) as out:
+            out.write(text.encode("utf-8"))
     except FileExistsError:
         raise LinnetError(f"`{manifest}` already exists; nothing was written") from None
-    except OSError as exc:
-        raise LinnetError(f"cannot write `{manifest}`: {exc.strerror or exc}") from None
     try:
-        with lib.open("x", encoding="utf-8", newline="\n") as out:
-            out.write(LIB_TEMPLATE.format(name=name))
+        with atomic_write(lib, exclusive=True) as out:
+            out.write(LIB_TEMPLATE.format(name=name).encode("utf-8"))
     except FileExistsError:
         pass  # 4.7: an existing lib.linnet is kept as it is
-    except OSError as exc:
-        raise LinnetError(f"cannot write `{lib}`: {exc.strerror or exc}") from None
     return name

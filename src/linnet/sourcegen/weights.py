@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from linnet.atomic import atomic_write
+from linnet.atomic import atomic_write, ensure_folder
 from linnet.errors import LinnetError
 from linnet.records import record
 from linnet.weights.safetensors import LINNET_TO_ST
@@ -75,7 +75,7 @@ def write_safetensors(target: Path, tensors: Sequence[StoredTensor]) -> None:
     encoded = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     encoded += b" " * (-(8 + len(encoded)) % _ALIGN)
     folder = target.parent if str(target.parent) else Path(".")
-    folder.mkdir(parents=True, exist_ok=True)
+    ensure_folder(folder, what="weights folder")
     with atomic_write(target, durable=False) as out:
         out.write(len(encoded).to_bytes(8, "little"))
         out.write(encoded)

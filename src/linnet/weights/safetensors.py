@@ -28,6 +28,7 @@ import itertools
 import json
 import mmap
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -91,6 +92,8 @@ UNSUPPORTED_BITS: dict[str, int] = {
 # The Rust reader's limit (safetensors MAX_HEADER_SIZE); a larger length field
 # is a corrupt or hostile file, not a model.
 MAX_HEADER_BYTES = 100_000_000
+MAX_HEADER_DEPTH = 3
+"""`{"name": {"shape": [...]}}`: the deepest a valid header nests (metadata: two)."""
 METADATA_KEY = "__metadata__"
 
 
@@ -225,13 +228,34 @@ def _parse_json(path: Path, raw: bytes) -> dict[str, object]:
         raise LinnetError(f"{path}: corrupt SafeTensors header: not UTF-8 ({error})") from None
     if not text.startswith("{"):
         raise LinnetError(f"{path}: corrupt SafeTensors header: it must start with `{{`")
+    depth = _nesting(raw)
+    if depth > MAX_HEADER_DEPTH:
+        raise LinnetError(
+            f"{path}: corrupt SafeTensors header: JSON nested {depth} levels deep "
+            f"(a SafeTensors header nests at most {MAX_HEADER_DEPTH})"
+        )
     try:
         header = json.loads(text, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as error:
         raise LinnetError(f"{path}: corrupt SafeTensors header: invalid JSON ({error})") from None
+    except RecursionError:  # pragma: no cover - _nesting refuses these first
+        raise LinnetError(f"{path}: corrupt SafeTensors header: nested too deeply") from None
     if not isinstance(header, dict):  # pragma: no cover - a `{` start makes it an object
         raise LinnetError(f"{path}: corrupt SafeTensors header: not a JSON object")
     return header
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+
+
+def _nesting(raw: bytes) -> int:
+    """How deep the brackets of a JSON text nest, strings left out (vectorised: no recursion)."""
+    structure = np.frombuffer(_STRING.sub(b'""', raw), np.uint8)
+    if structure.size == 0:
+        return 0
+    opens = (structure == ord("{")) | (structure == ord("["))
+    closes = (structure == ord("}")) | (structure == ord("]"))
+    return int(np.cumsum(opens.astype(np.int64) - closes).max())
 
 
 def _validate(

@@ -39,6 +39,7 @@ from linnet.ir.ops import OP_KINDS
 from linnet.onnx.export.control import RULES as CONTROL_RULES
 from linnet.onnx.export.elementwise import RULES as ELEMENTWISE_RULES
 from linnet.onnx.export.graph import Emitter, Rule, describe_tensor, little_endian, value_info
+from linnet.onnx.export.limits import check_extents
 from linnet.onnx.export.payload import INLINE_LIMIT
 from linnet.onnx.export.reduce import RULES as REDUCE_RULES
 from linnet.onnx.export.result import ExportedModel, GraphIO, Role
@@ -108,6 +109,7 @@ def export_ir(
     is the output `loss`, the others `grad<N>` of the named paths or inputs, recorded
     as `linnet.gradient.grad<N>` in the metadata (language-extensions 6.2).
     """
+    check_extents(fn, _walk(fn.body))
     params, state = _sources(fn)
     updates = [(path, value) for path, value in fn.state_updates.items()]
     state_paths = [p for p, _ in state] + [p for p, _ in updates if p not in dict(state)]

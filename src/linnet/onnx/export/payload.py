@@ -5,9 +5,13 @@ initializer holding only its name, type and dims) and `ExportedModel`
 (`.model`, `.save`). In: the skeleton `ModelProto` and the weight arrays by
 initializer name (`Payload`). Out: the arrays put into the message as
 `raw_data` (`materialize`, for a caller that wants a complete in-memory
-model), or a `<file>.data` written from the arrays with the message
-pointing into it (`write_external`), or one data file shared by several
-entries exported from the same arrays (`write_shared`).
+model), or a data file written from the arrays with the message pointing
+into it (`write_external`), or one data file shared by several entries
+exported from the same arrays (`write_shared`). Each save writes its data
+file under a new name (`m.onnx.<version>.data`) so that a model and its
+data file are replaced without a reader ever seeing one point at the
+other's predecessor: `linnet.atomic` documents the protocol. `write_inline` writes
+a whole model through the same writer.
 
 Why: a protobuf `bytes` field only takes a `bytes` object, so embedding a
 weight costs a full copy held by the message, and writing the message with
@@ -25,6 +29,7 @@ onnx allows), smaller ones on a multiple of `SMALL_ALIGN`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +37,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from linnet.atomic import atomic_write
+from linnet.atomic import atomic_write, remove_unreferenced, versioned_write
 from linnet.errors import LinnetError
 
 INLINE_LIMIT = 1024
@@ -75,29 +80,65 @@ def _aligned(offset: int, size: int) -> int:
     return -(-offset // step) * step
 
 
-def write_external(model: onnx.ModelProto, payload: Payload, target: Path) -> None:
-    """Write `model` to `target` and the payload to `<target name>.data` beside it.
+def write_inline(model: onnx.ModelProto, target: Path) -> None:
+    """Write `model` whole to `target`; data files of an earlier save beside it go.
 
-    Each pending initializer points into the data file while the message is
-    serialised, and is a bare declaration again afterwards, so `model` and
-    `payload` are unchanged and a later `materialize` or save still works.
+    The data files go only once nothing refers to them (`linnet.atomic.remove_unreferenced`).
     """
-    write_shared([(model, payload, target)], target.with_name(f"{target.name}.data"))
+    started = time.time()
+    with atomic_write(target, durable=False) as out:
+        out.write(model.SerializeToString())
+    remove_unreferenced(_data_base(target), (), _referrers(target.parent, [target]), started)
 
 
-def write_shared(models: Sequence[tuple[onnx.ModelProto, Payload, Path]], data_path: Path) -> None:
-    """Write each model to its path and every distinct pending array once to `data_path`.
+def write_external(
+    model: onnx.ModelProto, payload: Payload, target: Path, *, message_tensors: bool = False
+) -> Path:
+    """Write `model` to `target` and its weights to a data file beside it; the data file's path.
 
-    Entries exported from the same arrays (a `prefill` and a `decode` of one
+    The data file is `<target name>.<version>.data` (`linnet.atomic.versioned_name`
+    of `<target name>.data`, a new name for every save). Each pending initializer points into it while
+    the message is serialised, and is a bare declaration again afterwards, so
+    `model` and `payload` are unchanged and a later `materialize` or save
+    still works. With `message_tensors`, tensors already in the message
+    (initializers and constant attributes, of at least `INLINE_LIMIT` bytes)
+    go to the data file too, as onnx's external-data writer would put them,
+    and are back in the message afterwards.
+    """
+    return write_shared([(model, payload, target)], _data_base(target), message_tensors)
+
+
+def _data_base(target: Path) -> Path:
+    return target.with_name(f"{target.name}.data")
+
+
+def _referrers(folder: Path, targets: Sequence[Path]) -> list[Path]:
+    """The files that may point into a data file in `folder`: its models and `targets`."""
+    return sorted({*folder.glob("*.onnx"), *targets})
+
+
+def write_shared(
+    models: Sequence[tuple[onnx.ModelProto, Payload, Path]],
+    data_path: Path,
+    message_tensors: bool = False,
+) -> Path:
+    """Write each model to its path and every distinct pending array once to one data file.
+
+    The data file is `data_path` under a new versioned name
+    (`linnet.atomic.versioned_write`); its path is returned. Entries
+    exported from the same arrays (a `prefill` and a `decode` of one
     checkpoint) share them: an array is the same as one already written when
     it is the very same memory (address, byte count and dtype), which also
     covers tied weights. Every model file must sit in `data_path`'s folder
     (external data locations are relative to the model file).
 
-    Nothing half-written is ever visible: each file is written by
-    `linnet.atomic.atomic_write` (a temporary name, then a rename; weights
-    are not fsynced, see there).
+    The order is `linnet.atomic`'s protocol for a model and its data file:
+    the data file under its new name, then each model renamed over its
+    target, then earlier data files of `data_path`'s family that no model in
+    the folder refers to any more are removed. A reader never sees a model
+    pointing at a missing or foreign data file; weights are not fsynced.
     """
+    started = time.time()
     folder = data_path.parent
     for _, _, target in models:
         if target.parent.resolve() != folder.resolve():
@@ -105,33 +146,76 @@ def write_shared(models: Sequence[tuple[onnx.ModelProto, Payload, Path]], data_p
                 f"cannot save `{target}` with external data in `{data_path}`: "
                 "the model files and their data file must share one folder"
             )
-    location = data_path.name
     written: dict[tuple[int, int, str], int] = {}
-    pointed: list[onnx.TensorProto] = []
+    placed: list[tuple[onnx.TensorProto, int, int]] = []
+    moved: list[tuple[onnx.TensorProto, bytes]] = []
     try:
-        with atomic_write(data_path, durable=False) as data:
+        with versioned_write(data_path, durable=False) as data:
             offset = 0
+            seen: set[int] = set()  # one exported entry saved under two names
             for model, payload, _ in models:
+                if id(model) in seen:
+                    continue
+                seen.add(id(model))
+                chunks: list[tuple[onnx.TensorProto, Any, tuple[int, int, str]]] = []
                 for tensor, array in pending_initializers(model, payload):
-                    size = int(array.nbytes)
-                    key = (int(array.__array_interface__["data"][0]), size, array.dtype.str)
+                    key = (
+                        int(array.__array_interface__["data"][0]),
+                        int(array.nbytes),
+                        array.dtype.str,
+                    )
+                    chunks.append((tensor, raw_view(array), key))
+                if message_tensors:
+                    for tensor in _message_tensors(model.graph):
+                        raw = tensor.raw_data
+                        moved.append((tensor, raw))
+                        chunks.append((tensor, raw, (id(raw), len(raw), "raw")))
+                for tensor, buffer, key in chunks:
+                    size = key[1]
                     start = written.get(key)
                     if start is None:
                         start = _aligned(offset, size)
                         if start > offset:
                             data.write(bytes(start - offset))
-                        data.write(raw_view(array))  # type: ignore[call-overload]
+                        data.write(buffer)
                         offset = start + size
                         written[key] = start
-                    _point(tensor, location, start, size)
-                    pointed.append(tensor)
+                    placed.append((tensor, start, size))
+        assert data.path is not None
+        location = data.path.name
+        for tensor, _ in moved:
+            tensor.ClearField("raw_data")
+        for tensor, start, size in placed:
+            _point(tensor, location, start, size)
         for model, _, target in models:
             with atomic_write(target, durable=False) as out:
                 out.write(model.SerializeToString())
     finally:
-        for tensor in pointed:
+        for tensor, _, _ in placed:
             del tensor.external_data[:]
             tensor.data_location = onnx.TensorProto.DEFAULT
+        for tensor, raw in moved:
+            tensor.raw_data = raw
+    targets = [target for _, _, target in models]
+    remove_unreferenced(data_path, [data.path], _referrers(folder, targets), started)
+    return data.path
+
+
+def _message_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Tensors of `graph` and its subgraphs holding at least `INLINE_LIMIT` bytes of `raw_data`."""
+    tensors: list[onnx.TensorProto] = list(graph.initializer)
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                tensors.append(attribute.t)
+            tensors.extend(attribute.tensors)
+            if attribute.HasField("g"):
+                yield from _message_tensors(attribute.g)
+            for subgraph in attribute.graphs:
+                yield from _message_tensors(subgraph)
+    for tensor in tensors:
+        if tensor.HasField("raw_data") and len(tensor.raw_data) >= INLINE_LIMIT:
+            yield tensor
 
 
 PENDING_LOCATION = "linnet-pending-weights"

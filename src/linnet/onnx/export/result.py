@@ -10,7 +10,7 @@ Embedded weights stay out of the message until someone needs them there
 in-memory model, what small models and tests want), while `save` with
 external data writes them straight from the arrays and never builds them
 into the message at all. A protobuf message cannot be serialised past 2 GB
-(field-notes.md), so `save` writes the tensors to `<file>.data` beside the
+(field-notes.md), so `save` writes the tensors to `<file>.<version>.data` beside the
 model when they add up to more than `PROTOBUF_LIMIT` (or when asked to);
 `.model` stays complete (or completable) either way.
 """
@@ -31,6 +31,7 @@ from linnet.onnx.export.payload import (
     materialize,
     payload_bytes,
     write_external,
+    write_inline,
     write_shared,
 )
 from linnet.records import record
@@ -150,11 +151,14 @@ class ExportedModel:
         external_data: bool | None = None,
         limit: int = PROTOBUF_LIMIT,
     ) -> Path:
-        """Write the model; tensors go to `<name>.data` past `limit` bytes (or if asked).
+        """Write the model; tensors go to a data file past `limit` bytes (or if asked).
 
-        Pending weights (`.model` not used yet) go from their arrays to the
-        data file in one pass; a model whose weights are already in the
-        message goes through onnx's external-data writer.
+        The data file is `<name>.<version>.data` beside the model, a new
+        name for every save (`linnet.atomic`: the model and its data are replaced
+        together, a kill leaves the old pair or the new one, and data files
+        of earlier saves go once no model refers to them). Pending weights
+        (`.model` not used yet) go from their arrays to the data file in one
+        pass, without being put into the message.
         """
         target = Path(path)
         inline = tensor_bytes(self._model, self._payload)
@@ -163,15 +167,13 @@ class ExportedModel:
             if external_data is None
             else external_data
         )
-        try:
-            if use_external and self._payload and inline + _MARGIN <= limit:
-                write_external(self._model, self._payload, target)
-            elif not use_external:
-                onnx.save_model(self.model, target)
-            else:
-                _save_with_onnx(self.model, target)
-        except OSError as exc:
-            raise LinnetError(f"cannot write `{target}`: {exc.strerror or exc}") from None
+        if not use_external:
+            write_inline(self.model, target)
+        else:
+            # pending weights alone go out when the rest fits in the message;
+            # otherwise (or with none pending) every tensor of 1 KiB or more does
+            alone = bool(self._payload) and inline + _MARGIN <= limit
+            write_external(self._model, self._payload, target, message_tensors=not alone)
         return target
 
     def session(self, provider: str | None = None, **options: Any) -> onnxruntime.InferenceSession:
@@ -195,8 +197,9 @@ def save_together(
 
     The entries of one model (`prefill` and `decode`, say) hold the same
     weights; saved one by one, each writes its own copy of them. Here every
-    array is written once to `<folder>/<data_file>` and each model points into
-    it, when the entries were exported from the same arrays (weights opened
+    array is written once to one data file and each model points into it
+    (`<data_file>` under a new versioned name each save: `weights.<version>.data`,
+    see `linnet.atomic`), when the entries were exported from the same arrays (weights opened
     once, e.g. `linnet.weights.safetensors.read_safetensors`, and passed to
     each `export_model`); a weight only one entry holds is written for it
     alone. An entry whose weights are already in its message (`.model` was
@@ -211,30 +214,9 @@ def save_together(
         raise LinnetError(f"data_file `{data_file}` must be a file name, not a path")
     paths = {name: target / f"{name}.onnx" for name in models}
     pending = [(m._model, m._payload, paths[name]) for name, m in models.items() if m._payload]
-    try:
-        if pending:
-            write_shared(pending, target / data_file)
-        for name, m in models.items():
-            if not m._payload:
-                m.save(paths[name])
-    except OSError as exc:
-        raise LinnetError(f"cannot write into `{target}`: {exc.strerror or exc}") from None
+    if pending:
+        write_shared(pending, target / data_file)
+    for name, m in models.items():
+        if not m._payload:
+            m.save(paths[name])
     return paths
-
-
-def _save_with_onnx(model: onnx.ModelProto, target: Path) -> None:
-    """External data by onnx's writer (constants included), then the data read back in.
-
-    save_model moves the payload out of the message; reading it back keeps
-    `.model` complete. Only models whose weights were already in the message,
-    or whose constants alone pass the limit, come here.
-    """
-    onnx.save_model(
-        model,
-        target,
-        save_as_external_data=True,
-        all_tensors_to_one_file=True,
-        location=f"{target.name}.data",
-        size_threshold=1024,
-    )
-    onnx.load_external_data_for_model(model, str(target.parent))

@@ -4,6 +4,7 @@ Stage: the ONNX importer's front door; it runs the importer stages in order
 (architecture.md "Importers"):
 
     read the protobuf (external data memory-mapped, never copied whole)
+      -> the model checked (validate: our structural checks, then onnx's checker)
       -> shape inference (onnx.shape_inference)
       -> importer graph (graph.onnx_graph)
       -> pattern recovery (sourcegen.patterns.recover): RMS norm, SiLU, softmax,
@@ -29,10 +30,11 @@ from typing import Any
 import numpy as np
 import onnx
 
-from linnet.atomic import write_bytes
+from linnet.atomic import ensure_folder, write_bytes
 from linnet.errors import LinnetError
 from linnet.onnx.importer import ops  # noqa: F401 - registers every operator translator
 from linnet.onnx.importer.graph import REGISTRY, onnx_graph
+from linnet.onnx.importer.validate import light_copy, validate_model
 from linnet.records import field, record
 from linnet.sourcegen.graph import Graph, TensorInfo
 from linnet.sourcegen.layout import Layout, name_anonymous
@@ -103,7 +105,9 @@ def import_onnx(
     `LinnetError` naming each such node.
     """
     out_path = Path(output)
-    proto, base_dir = _load(model)
+    proto, source = _load(model)
+    validate_model(proto, source, _model_label(model))
+    base_dir = None if source is None else source.parent
     inferred = _infer(proto)
     graph = onnx_graph(inferred)
     check_mapped(graph, REGISTRY, _model_label(model))  # before recovery drops unused nodes
@@ -180,6 +184,7 @@ def import_onnx(
         state=state,
         bindings={},
     )
+    ensure_folder(out_path.parent if str(out_path.parent) else Path("."), what="output folder")
     if weights is not None:
         result.weights, result.bindings = _write_weights(Path(weights), t, layout, ranges)
     else:
@@ -192,6 +197,7 @@ def import_onnx(
 
 
 def _load(model: onnx.ModelProto | str | os.PathLike[str]) -> tuple[onnx.ModelProto, Path | None]:
+    """The message (external data not loaded) and the file it came from, if any."""
     if isinstance(model, onnx.ModelProto):
         return model, None
     path = Path(model)
@@ -201,7 +207,7 @@ def _load(model: onnx.ModelProto | str | os.PathLike[str]) -> tuple[onnx.ModelPr
         proto = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # a broken protobuf: onnx raises DecodeError and others
         raise LinnetError(f"{path}: not a readable ONNX model ({exc})") from None
-    return proto, path.parent
+    return proto, path
 
 
 def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -211,8 +217,7 @@ def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
     is as good as a graph input of the same type; small ones keep their data
     so shape computations over them can be propagated.
     """
-    light = onnx.ModelProto()
-    light.CopyFrom(proto) if not _heavy(proto) else _copy_without_payloads(proto, light)
+    light = light_copy(proto, _INFER_PAYLOAD)
     graph = light.graph
     keep = []
     moved = []
@@ -249,33 +254,6 @@ def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
             entry.key, entry.value = "location", "stripped"
             inferred.graph.initializer.append(placeholder)
     return inferred
-
-
-def _heavy(proto: onnx.ModelProto) -> bool:
-    return any(
-        init.HasField("raw_data") and len(init.raw_data) > _INFER_PAYLOAD
-        for init in proto.graph.initializer
-    )
-
-
-def _copy_without_payloads(proto: onnx.ModelProto, light: onnx.ModelProto) -> None:
-    """`light` = `proto` with big raw payloads replaced by external references (no copy)."""
-    graph = proto.graph
-    saved = []
-    for init in graph.initializer:
-        if init.HasField("raw_data") and len(init.raw_data) > _INFER_PAYLOAD:
-            saved.append((init, init.raw_data))
-            init.ClearField("raw_data")
-            init.data_location = onnx.TensorProto.EXTERNAL
-            entry = init.external_data.add()
-            entry.key, entry.value = "location", "stripped"
-    try:
-        light.CopyFrom(proto)
-    finally:
-        for init, raw in saved:
-            del init.external_data[:]
-            init.data_location = onnx.TensorProto.DEFAULT
-            init.raw_data = raw
 
 
 def _attach_external(
@@ -414,7 +392,7 @@ def _write_weights(
         tensors.append(StoredTensor(key, numpy_dtype_name(arr.dtype), shape, data))
         if key != path:
             bindings[path] = key
-    folder.mkdir(parents=True, exist_ok=True)
+    ensure_folder(folder, what="weights folder")
     target = folder / WEIGHTS_FILE
     write_safetensors(target, tensors)
     _write_atomic(folder / BINDINGS_FILE, json.dumps(bindings, indent=2, sort_keys=True) + "\n")
@@ -422,8 +400,6 @@ def _write_weights(
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    folder = path.parent if str(path.parent) else Path(".")
-    folder.mkdir(parents=True, exist_ok=True)
     write_bytes(path, text.encode("utf-8"))
 
 
