@@ -91,6 +91,14 @@ _TARGET_OPTIONS = """\
 """
 
 # `linnet <command> --help`: each command's own usage (18.2), on stdout.
+_MODEL_HELP = (
+    "  --source FILE   the decoder's Linnet source\n"
+    "  --weights W     its SafeTensors file or folder\n"
+    "  --tokenizer DIR a folder with tokenizer.json (and tokenizer_config.json)\n"
+    "  --generics F    a JSON file of generic values; --bind G=V adds or overrides one\n"
+    "  --backend B     torch (default) or onnx; --device D for torch\n"
+    "  --root BLOCK    the root block; --std DIR the standard library\n"
+)
 COMMAND_HELP: dict[str, str] = {
     "check": "usage: linnet check [--strict] [--json] [--std DIR] PATH...\n\n"
     "Check files and directories (searched recursively for *.linnet) and every module\n"
@@ -143,6 +151,28 @@ COMMAND_HELP: dict[str, str] = {
     "spec-test": "usage: linnet spec-test [--std DIR] DIR\n\n"
     "Run a conformance directory: print `FAIL <file>: <reason>` per failure and\n"
     "`<n> cases, <m> failed`; exit 1 if any failed.\n\noptions:\n" + _STD_OPTION,
+    "serve": "usage: linnet serve --source FILE --weights W --tokenizer DIR [--generics FILE.json]\n"
+    "                    [--bind G=V]... [--backend torch|onnx] [--device D] [--host HOST]\n"
+    "                    [--port PORT] [--api-key KEY] [--name NAME] [--root BLOCK] [--std DIR]\n\n"
+    "Serve a decoder with `prefill_slots` / `decode_rows` entries behind an OpenAI-compatible\n"
+    "HTTP server (completions, chat completions, streaming). It binds 127.0.0.1 unless\n"
+    "--host says otherwise; with --api-key (or $LINNET_API_KEY) every /v1 route needs\n"
+    "`Authorization: Bearer KEY`.\n\noptions:\n"
+    + _MODEL_HELP
+    + "  --host HOST     the address to bind (default: 127.0.0.1)\n"
+    "  --port PORT     the port (default: 8000)\n"
+    "  --api-key KEY   require this bearer token on /v1 routes\n"
+    "  --name NAME     the model name /v1/models reports\n",
+    "generate": "usage: linnet generate --source FILE --weights W --tokenizer DIR --prompt TEXT\n"
+    "                       [--chat] [--max-tokens N] [--temperature T] [--seed S]\n"
+    "                       [--generics FILE.json] [--bind G=V]... [--backend torch|onnx]\n\n"
+    "Stream a completion of TEXT to the terminal, then the tokens per second.\n\noptions:\n"
+    + _MODEL_HELP
+    + "  --prompt TEXT   the prompt\n"
+    "  --chat          render the prompt with the tokenizer's chat template\n"
+    "  --max-tokens N  the most tokens to generate\n"
+    "  --temperature T sampling temperature (0: greedy)\n"
+    "  --seed S        the sampling seed\n",
 }
 
 
