@@ -9,24 +9,30 @@ Stage: the ONNX exporter's front door; it runs the pipeline in order
       -> lower the entry (pipeline.lower / lower_module_entry) -> optimize
       -> ONNX graph (assemble.export_ir)
 
-Every generic must be bound (language.md 18.3): an export has static shapes.
+Every generic must be bound (language.md 18.3): an export has static shapes,
+except the entry generics named in `dynamic` (`linnet.ir.dynamic`): those
+stay symbolic, as ONNX `dim_param`s with every shape computed in the graph.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from linnet.check.program import CheckedProgram
 from linnet.errors import LinnetError
 from linnet.ir.bind import EntrySignature, module_entry
+from linnet.ir.core import Function, TensorType
+from linnet.ir.dynamic import CANDIDATES, lower_entry_dynamic
 from linnet.onnx.export.assemble import export_ir
 from linnet.onnx.export.result import ExportedModel
 from linnet.pipeline import check_program
 
 Source = CheckedProgram | str | os.PathLike[str]
+PLACEHOLDER = CANDIDATES[0]
+"""A value for a dynamic generic while the target is resolved (the sampling replaces it)."""
 
 
 def export_model(
@@ -42,8 +48,9 @@ def export_model(
     provider: str = "cpu",
     fused: bool = False,
     natives: bool = True,
+    dynamic: Sequence[str] = (),
 ) -> ExportedModel:
-    """One entry of a model as ONNX, with every generic bound.
+    """One entry of a model as ONNX, with every generic bound (but those in `dynamic`).
 
     `generics` binds the root block's generics and the entry's own (`B`, `S`);
     `weights` (a SafeTensors file or folder, an index, or arrays by name) is
@@ -54,7 +61,11 @@ def export_model(
     entry and the root block as `linnet onnx --entry/--root` do; an `entry`
     that is a module-level entry of the root module (and no block's) is
     exported as `export_function` does. See
-    `export_ir` for `provider`, `fused` and `natives`.
+    `export_ir` for `provider`, `fused` and `natives`. `dynamic` names entry
+    generics (`["B", "S"]`) left symbolic: one graph for every size, their
+    values read from the inputs, the `where` clauses on them checked at run
+    time (`linnet.onnx.runtime.exported`); no value is needed for them in
+    `generics`.
 
     >>> exported = export_model('''module doc
     ... pub block Scale<H: Dim> {
@@ -72,10 +83,11 @@ def export_model(
     program = check_program(source, std_root)
     std = None if std_root is None else Path(std_root)
     module_level = root is None and entry is not None and _is_module_entry(program, entry)
+    given = {**{name: PLACEHOLDER for name in dynamic}, **generics}
     resolved = (
         None
         if module_level
-        else resolve(program, Target(root=root, entry=entry, generics=dict(generics), std=std))
+        else resolve(program, Target(root=root, entry=entry, generics=given, std=std))
     )
     if resolved is None or resolved.model is None:
         name = entry if resolved is None else resolved.entry.fn.name
@@ -83,22 +95,38 @@ def export_model(
         if weights is not None:
             raise LinnetError(f"entry `{name}` belongs to no block and takes no weights")
         return export_function(
-            program, name, generics=generics, provider=provider, fused=fused, natives=natives
+            program,
+            name,
+            generics=generics,
+            provider=provider,
+            fused=fused,
+            natives=natives,
+            dynamic=dynamic,
         )
     name = resolved.entry.fn.name
     bound = None
     if weights is not None:
         bound = bind_weights(resolved.model, weights, bindings=bindings, cast_dtype=cast_dtype)
     present = frozenset(bound.arrays) if bound is not None else resolved.present
-    fn = lower(
-        resolved.model, name, resolved.input_types, present, generics=resolved.entry_generics
-    )
+    model = resolved.model
+    dims = None
+    if dynamic:
+
+        def lower_at(types: Sequence[TensorType], values: Mapping[str, object]) -> Function:
+            return optimize(lower(model, name, types, present, generics=values))
+
+        fn, dims = lower_entry_dynamic(resolved.entry, dynamic, resolved.entry_generics, lower_at)
+    else:
+        fn = optimize(
+            lower(model, name, resolved.input_types, present, generics=resolved.entry_generics)
+        )
     return export_ir(
-        optimize(fn),
+        fn,
         weights=bound.arrays if bound is not None else None,
         provider=provider,
         fused=fused,
         natives=natives,
+        dynamic=dims,
     )
 
 
@@ -112,11 +140,13 @@ def export_function(
     provider: str = "cpu",
     fused: bool = False,
     natives: bool = True,
+    dynamic: Sequence[str] = (),
 ) -> ExportedModel:
     """A module-level entry (or function, 11.7) as a complete ONNX model: no params, no state.
 
-    `generics` binds every generic of the entry; `module` picks the module
-    (by key or dotted name, `std.nn.loss`), by default the root module.
+    `generics` binds every generic of the entry but those in `dynamic` (see
+    `export_model`); `module` picks the module (by key or dotted name,
+    `std.nn.loss`), by default the root module.
 
     >>> exported = export_function('''module doc
     ... pub entry spread<N: Dim>(x: Tensor[N; f32]) -> f32 {
@@ -135,9 +165,18 @@ def export_function(
         module = program.graph.roots[0]
     signature = module_entry(program, module, name)
     own = _own_generics(signature, generics)
-    input_types = entry_input_types(signature, own)
-    fn = lower_module_entry(program, module, name, input_types, generics=own)
-    return export_ir(optimize(fn), provider=provider, fused=fused, natives=natives)
+    dims = None
+    if dynamic:
+        target = module
+
+        def lower_at(types: Sequence[TensorType], values: Mapping[str, object]) -> Function:
+            return optimize(lower_module_entry(program, target, name, types, generics=values))
+
+        fn, dims = lower_entry_dynamic(signature, dynamic, own, lower_at)
+    else:
+        input_types = entry_input_types(signature, own)
+        fn = optimize(lower_module_entry(program, module, name, input_types, generics=own))
+    return export_ir(fn, provider=provider, fused=fused, natives=natives, dynamic=dims)
 
 
 def _is_module_entry(program: CheckedProgram, name: str) -> bool:
