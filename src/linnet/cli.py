@@ -56,8 +56,8 @@ commands:
   torch [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
           [--std DIR] FILE                         the PyTorch source generated for one entry
   onnx [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
-          [--provider cpu|cuda] [--fused] [--output FILE] [--std DIR] FILE
-                                                   one entry as ONNX (opset 20) text, or a file
+          [--provider cpu|cuda] [--fused] [--dynamic G,G...] [--output FILE]
+          [--std DIR] FILE                         one entry as ONNX (opset 20) text, or a file
   init [DIR]                                       create a package (linnet.toml, src/lib.linnet)
   spec-test [--std DIR] DIR                        run a conformance directory
 
@@ -331,6 +331,9 @@ def _run_onnx(invocation: Invocation) -> int:
     if provider not in ("cpu", "cuda"):
         raise UsageError(f"`--provider` takes `cpu` or `cuda`, not `{provider}`")
     output = invocation.values.get("--output")
+    dynamic = tuple(
+        n.strip() for n in invocation.values.get("--dynamic", "").split(",") if n.strip()
+    )
     return show_onnx(
         path,
         _target(invocation),
@@ -338,6 +341,7 @@ def _run_onnx(invocation: Invocation) -> int:
         provider=provider,
         fused="--fused" in invocation.flags,
         output=Path(output) if output is not None else None,
+        dynamic=dynamic,
     )
 
 
@@ -412,7 +416,9 @@ _COMMANDS: dict[str, CommandSpec] = {
     "onnx": CommandSpec(
         _run_onnx,
         frozenset({"--fused"}),
-        frozenset({"--std", "--entry", "--root", "--optionals", "--provider", "--output"}),
+        frozenset(
+            {"--std", "--entry", "--root", "--optionals", "--provider", "--output", "--dynamic"}
+        ),
         frozenset({"--bind"}),
     ),
     "init": CommandSpec(_run_init),

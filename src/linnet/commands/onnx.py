@@ -7,7 +7,9 @@ inputs `param<N>`, bound by name at run time (`linnet.onnx.export.assemble`
 has the graph contract). The text is what `onnx.parser.parse_model` reads.
 `--output FILE` writes the binary model instead; `--provider` chooses the
 ONNX Runtime provider the dtype choices are made for, `--fused` allows
-ONNX Runtime's contrib kernels. onnx is imported only by this command.
+ONNX Runtime's contrib kernels, `--dynamic B,S` leaves those entry generics
+symbolic (`export_model(dynamic=...)`: no `--bind` needed for them). onnx is
+imported only by this command.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def show_onnx(
     provider: str = "cpu",
     fused: bool = False,
     output: Path | None = None,
+    dynamic: tuple[str, ...] = (),
 ) -> int:
     """Print (or write) the ONNX model of the target entry; exit status 1 on source errors."""
     from linnet.pipeline import check_paths, compile_entry
@@ -45,8 +48,22 @@ def show_onnx(
     if program.has_errors:
         sys.stderr.write(render_human(program.diagnostics, color=color))
         return 1
-    compiled = compile_entry(program, target)
-    exported = export_ir(compiled.function, provider=provider, fused=fused)
+    if dynamic:
+        from linnet.onnx.export.api import export_model
+
+        exported = export_model(
+            program,
+            generics=target.generics,
+            entry=target.entry,
+            root=target.root,
+            provider=provider,
+            fused=fused,
+            dynamic=dynamic,
+            optionals=target.optionals_present,
+        )
+    else:
+        compiled = compile_entry(program, target)
+        exported = export_ir(compiled.function, provider=provider, fused=fused)
     if output is not None:
         exported.save(output)
         return 0

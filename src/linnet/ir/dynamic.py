@@ -34,10 +34,11 @@ import numpy as np
 
 from linnet.errors import LinnetError
 from linnet.ir.core import Function, Op, Region, TensorType, Value
-from linnet.ir.symbolic import Dim, Poly, evaluate, fit_grid, grid_points
+from linnet.ir.symbolic import Dim, Poly, fit_grid, grid_points
 from linnet.records import field, record
 
 if TYPE_CHECKING:
+    from linnet.check.decls import FnInfo
     from linnet.ir.bind import EntrySignature
 
 Lower = Callable[[Mapping[str, int]], Function]
@@ -81,6 +82,7 @@ class DynamicShapes:
     sources: dict[str, tuple[int, int]]
     samples: dict[str, tuple[int, ...]]
     runtime_where: list[RuntimeWhere] = field(default_factory=list)
+    results: tuple[Value, ...] = ()
 
     def shape(self, value: Value) -> tuple[Dim, ...]:
         return self.shapes.get(value, value.type.shape)
@@ -123,6 +125,7 @@ def lower_dynamic(
     dims.samples = {n: tuple(samples[n]) for n in order}
     fn = fns[0]
     dims.sources = _sources(fn, dims)
+    dims.results = fn.results
     return fn, dims
 
 
@@ -341,7 +344,7 @@ class _Matcher:
             return values[0]
         table = dict(zip(self.points, values[:-1], strict=True))
         poly = fit_grid(self.names, self.grid, table)
-        expected = evaluate(poly, self.check) if isinstance(poly, Poly) else poly
+        expected = poly.exact(self.check) if isinstance(poly, Poly) else poly
         if expected != values[-1]:
             shown = ", ".join(self.names)
             raise LinnetError(
@@ -380,15 +383,15 @@ def symbolic_attr(attr: Any) -> bool:
 # -- one entry of a bound model -------------------------------------------------------------
 
 
-def check_dynamic_names(entry: EntrySignature, names: Sequence[str]) -> tuple[str, ...]:
+def check_dynamic_names(fn: FnInfo, names: Sequence[str]) -> tuple[str, ...]:
     """`names` as the entry's own `Dim` generics, in order; LinnetError for any other name."""
-    own = {g.name: g for g in entry.fn.generics}
+    own = {g.name: g for g in fn.generics}
     for name in names:
         g = own.get(name)
         if g is None:
             listed = ", ".join(f"`{n}`" for n, g in own.items() if g.kind == "Dim") or "none"
             raise LinnetError(
-                f"dynamic `{name}` is no generic of entry `{entry.fn.name}` (its Dim generics: "
+                f"dynamic `{name}` is no generic of entry `{fn.name}` (its Dim generics: "
                 f"{listed}); only an entry's own Dim generics can stay dynamic"
             )
         if g.kind != "Dim" or g.is_pack:
@@ -409,7 +412,7 @@ def lower_entry_dynamic(
     from linnet.ir.bind import bind_entry_generics
     from linnet.target import entry_input_types
 
-    order = check_dynamic_names(entry, names)
+    order = check_dynamic_names(entry.fn, names)
     fixed = {k: v for k, v in generics.items() if k not in order}
 
     def bound(values: Mapping[str, int]) -> tuple[tuple[TensorType, ...], dict[str, object]]:

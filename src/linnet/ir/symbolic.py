@@ -124,13 +124,18 @@ class Poly:
         """The generics that occur in the polynomial."""
         return tuple(n for i, n in enumerate(self.names) if any(e[i] for e, _ in self.terms))
 
-    def evaluate(self, values: Mapping[str, int]) -> int:
+    def exact(self, values: Mapping[str, int]) -> Fraction:
+        """The value at `values`, as a fraction."""
         total = Fraction(0)
         for exps, c in self.terms:
             term = c
             for name, power in zip(self.names, exps, strict=True):
                 term *= Fraction(values[name]) ** power
             total += term
+        return total
+
+    def evaluate(self, values: Mapping[str, int]) -> int:
+        total = self.exact(values)
         if total.denominator != 1:
             raise LinnetError(f"size `{self}` is not an integer for {dict(values)}")
         return int(total)

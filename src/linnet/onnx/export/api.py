@@ -25,7 +25,7 @@ from linnet.check.program import CheckedProgram
 from linnet.errors import LinnetError
 from linnet.ir.bind import EntrySignature, module_entry
 from linnet.ir.core import Function, TensorType
-from linnet.ir.dynamic import CANDIDATES, lower_entry_dynamic
+from linnet.ir.dynamic import CANDIDATES, check_dynamic_names, lower_entry_dynamic
 from linnet.onnx.export.assemble import export_ir
 from linnet.onnx.export.result import ExportedModel
 from linnet.pipeline import check_program
@@ -49,6 +49,7 @@ def export_model(
     fused: bool = False,
     natives: bool = True,
     dynamic: Sequence[str] = (),
+    optionals: bool = True,
 ) -> ExportedModel:
     """One entry of a model as ONNX, with every generic bound (but those in `dynamic`).
 
@@ -65,7 +66,8 @@ def export_model(
     generics (`["B", "S"]`) left symbolic: one graph for every size, their
     values read from the inputs, the `where` clauses on them checked at run
     time (`linnet.onnx.runtime.exported`); no value is needed for them in
-    `generics`.
+    `generics`. Without weights, `optionals` says whether optional members
+    count as present (`linnet onnx --optionals`).
 
     >>> exported = export_model('''module doc
     ... pub block Scale<H: Dim> {
@@ -78,16 +80,22 @@ def export_model(
     [('x', 'input', None), ('param0', 'param', 'gain')]
     """
     from linnet.pipeline import bind_weights, lower, optimize
-    from linnet.target import Target, resolve
+    from linnet.target import Target, entry_info, resolve
 
     program = check_program(source, std_root)
     std = None if std_root is None else Path(std_root)
     module_level = root is None and entry is not None and _is_module_entry(program, entry)
-    given = {**{name: PLACEHOLDER for name in dynamic}, **generics}
+    if dynamic and not module_level:
+        picked = Target(root=root, entry=entry)
+        check_dynamic_names(entry_info(program, picked), dynamic)
+    given = {**generics, **{name: PLACEHOLDER for name in dynamic}}
     resolved = (
         None
         if module_level
-        else resolve(program, Target(root=root, entry=entry, generics=given, std=std))
+        else resolve(
+            program,
+            Target(root=root, entry=entry, generics=given, optionals_present=optionals, std=std),
+        )
     )
     if resolved is None or resolved.model is None:
         name = entry if resolved is None else resolved.entry.fn.name
