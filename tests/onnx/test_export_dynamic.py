@@ -204,3 +204,26 @@ def test_the_cli_exports_dynamic_axes(capsys: pytest.CaptureFixture[str]) -> Non
     assert status == 0
     assert "int32[B,S] tokens" in out
     assert '"linnet.dynamic": "B,S"' in out
+
+
+def test_prefill_with_a_dynamic_length_matches_the_static_exports() -> None:
+    """`write_span`'s `N - 1` is a constant that varies with `S`: computed in the graph."""
+    generics = EXAMPLE_SIZES["01-llama"]
+    weights = example_weights("01-llama", generics, seed=5)
+    common = {"weights": weights, "entry": "prefill", "std_root": STDLIB}
+    dynamic = ExportedSession(
+        export_model(_source("01-llama"), generics=generics, dynamic=["S"], **common)
+    )
+    state = {
+        value.name: np.random.default_rng(7).normal(size=value.shape).astype(np.float32)
+        for value in dynamic.session.get_inputs()
+        if value.name.startswith("state")
+    }
+    vocab = int(str(generics["Vocab"]))
+    for length, start in [(1, 0), (4, 2), (9, 3)]:
+        static = export_model(_source("01-llama"), generics={**generics, "S": length}, **common)
+        feeds = {"tokens": _tokens(vocab, 1, length), "start": np.array(start, np.int32), **state}
+        expected = static.session().run(None, feeds)
+        actual = dynamic.run(feeds)
+        for a, e in zip(actual, expected, strict=True):
+            close(a, e)

@@ -16,7 +16,9 @@ backend keep reading plain ints, and the check is sound for what it claims
 (identical graphs, sizes that are the fitted polynomials at four values per
 generic); anything else is refused with a LinnetError that names the op.
 A constant whose shape varies is accepted only when it is one value repeated
-(`DynamicShapes.fills`); any other size-dependent constant is refused.
+(`DynamicShapes.fills`); a small constant of fixed shape whose integral
+elements vary (`N - 1` in `std.nn.cache::write_span`) has each element fitted
+(`DynamicShapes.values`); any other size-dependent constant is refused.
 
 The table also says where each generic can be read at run time (`sources`:
 an input and axis whose size is exactly that generic), and which `where`
@@ -46,6 +48,8 @@ Lower = Callable[[Mapping[str, int]], Function]
 
 CANDIDATES = (5, 7, 3, 6, 4, 9, 11, 13, 2, 8, 10, 12, 14, 15, 16, 17, 19, 23, 24, 29, 31, 32)
 """Sample sizes tried in order (1 and 0 last resorts never: they collapse broadcasts)."""
+VALUES_LIMIT = 64
+"""Elements of a varying constant that are fitted one by one (more: refused)."""
 POINTS = 4
 """Values per dynamic generic: three for the grid, one to check the fit."""
 
@@ -71,8 +75,9 @@ class DynamicShapes:
     `shapes` holds the symbolic shape of every value that has a varying axis;
     `attrs` the symbolic form of every op attribute that varies (nested like
     the attribute, Polys in place of the varying ints); `fills` the value of
-    each `const` whose shape varies (one value repeated); `sources` maps each
-    generic to an (input index, axis) that carries it.
+    each `const` whose shape varies (one value repeated); `values` the elements
+    (flat, row-major) of each `const` whose integral values vary; `sources` maps
+    each generic to an (input index, axis) that carries it.
     """
 
     names: tuple[str, ...]
@@ -80,6 +85,7 @@ class DynamicShapes:
     attrs: dict[Op, dict[str, object]]
     fills: dict[Op, object]
     sources: dict[str, tuple[int, int]]
+    values: dict[Op, tuple[Dim, ...]]
     samples: dict[str, tuple[int, ...]]
     runtime_where: list[RuntimeWhere] = field(default_factory=list)
     results: tuple[Value, ...] = ()
@@ -201,7 +207,7 @@ class _Matcher:
         self.grid = grid
         self.points = points
         self.check = dict(zip(names, check, strict=True))
-        self.dims = DynamicShapes(names, {}, {}, {}, {}, {})
+        self.dims = DynamicShapes(names, {}, {}, {}, {}, {}, {})
         self.corr: list[dict[Value, Value]] = []
 
     def run(self, fns: list[Function]) -> DynamicShapes:
@@ -303,10 +309,26 @@ class _Matcher:
         if uniform and all(f[0] == flat[0][0] for f in flat) and not same_shape:
             self.dims.fills[ops[0]] = flat[0][0].item()
             return
+        if same_shape and first.size <= VALUES_LIMIT and self._integral(arrays):
+            elements = [
+                self.fit([int(f[i]) for f in flat], f"element {i} of {what}")
+                for i in range(first.size)
+            ]
+            self.dims.values[ops[0]] = tuple(elements)
+            return
         raise LinnetError(
             f"dynamic {', '.join(self.names)}: the constant {what} depends on the size; "
             "export with these generics bound"
         )
+
+    @staticmethod
+    def _integral(arrays: list[np.ndarray[Any, Any]]) -> bool:
+        kinds = {a.dtype.kind for a in arrays}
+        if kinds <= {"i", "u"}:
+            return True
+        if kinds != {"f"}:
+            return False
+        return all(bool(np.all(np.isfinite(a) & (a == np.round(a)))) for a in arrays)
 
     def attr(self, values: list[object], what: str) -> tuple[object, bool]:
         first = values[0]

@@ -351,7 +351,10 @@ class Emitter:
             for value, name in zip(op.results, names, strict=True):
                 self.bind(value, name)
                 self.producers[value] = op
-            if op.kind == "const" and (self.dynamic is None or op not in self.dynamic.fills):
+            varies = self.dynamic is not None and (
+                op in self.dynamic.fills or op in self.dynamic.values
+            )
+            if op.kind == "const" and not varies:
                 array = op.attrs["value"]
                 assert isinstance(array, np.ndarray)
                 self.known[op.results[0]] = array

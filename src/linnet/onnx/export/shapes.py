@@ -18,7 +18,8 @@ permutation, a full slice) emits no node at all.
 
 With dynamic generics (`graph.Emitter.dims`) a size may be a polynomial:
 shapes become computed tensors, a `const` whose shape varies (one value
-repeated) becomes `Expand` of that value, and a node is skipped only when the
+repeated) becomes `Expand` of that value, one whose integral elements vary
+is computed in i64 and cast, and a node is skipped only when the
 sizes are equal as polynomials. A slice stop that may exceed a symbolic axis
 is passed as is: ONNX `Slice` clamps it, as the IR does.
 """
@@ -49,6 +50,10 @@ def lower_const(em: Emitter, op: Op) -> Sequence[str]:
     if em.dynamic is not None and op in em.dynamic.fills:
         scalar = em.const(em.dynamic.fills[op], t.dtype)
         return [em.one("Expand", [scalar, em.dims(em.shape_of(op.results[0]))])]
+    if em.dynamic is not None and op in em.dynamic.values:
+        flat = em.dims(em.dynamic.values[op])
+        shaped = em.one("Reshape", [flat, em.ints(t.shape)])
+        return [ir_cast(em, shaped, "i64", t.dtype)]
     value = op.attrs["value"]
     assert isinstance(value, np.ndarray)
     return [em.const(value, t.dtype)]
