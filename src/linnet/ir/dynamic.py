@@ -37,6 +37,7 @@ import numpy as np
 from linnet.errors import LinnetError
 from linnet.ir.core import Function, Op, Region, TensorType, Value
 from linnet.ir.symbolic import Dim, Poly, fit_grid, grid_points
+from linnet.progress import track
 from linnet.records import field, record
 
 if TYPE_CHECKING:
@@ -121,10 +122,12 @@ def lower_dynamic(
     points = grid_points(grid)
     check = {n: samples[n][POINTS - 1] for n in order}
     fns: list[Function] = []
-    for point in points:
-        values = {n: grid[i][k] for i, (n, k) in enumerate(zip(order, point, strict=True))}
+    lowerings = [
+        {n: grid[i][k] for i, (n, k) in enumerate(zip(order, point, strict=True))}
+        for point in points
+    ]
+    for values in track([*lowerings, check], f"lowering at {len(points) + 1} sizes"):
         fns.append(lower_at(values))
-    fns.append(lower_at(check))
     check_point = tuple(check[n] for n in order)
     matcher = _Matcher(order, grid, points, check_point)
     dims = matcher.run(fns)

@@ -51,6 +51,7 @@ from linnet.onnx.export.payload import INLINE_LIMIT
 from linnet.onnx.export.reduce import RULES as REDUCE_RULES
 from linnet.onnx.export.result import ExportedModel, GraphIO, Role
 from linnet.onnx.export.shapes import RULES as SHAPE_RULES
+from linnet.progress import track
 
 OPSET = 20
 IR_VERSION = 10  # the IR version of opset 20 (ONNX 1.15), read by every current runtime
@@ -141,7 +142,7 @@ def export_ir(
         em.dim_inputs = {
             name: (inputs[index].name, axis) for name, (index, axis) in dynamic.sources.items()
         }
-    em.emit_ops(fn.body.ops)
+    em.emit_ops(track(fn.body.ops, f"exporting `{fn.name}`"))
 
     outputs: list[GraphIO] = []
     for i, value in enumerate(fn.results):

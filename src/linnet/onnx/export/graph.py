@@ -24,7 +24,7 @@ carries it (`Shape` with `start`/`end`), each polynomial is computed once
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -339,7 +339,7 @@ class Emitter:
 
     # -- regions ----------------------------------------------------------------------------
 
-    def emit_ops(self, ops: Sequence[Op]) -> None:
+    def emit_ops(self, ops: Iterable[Op]) -> None:
         """Lower each op in order, binding its results."""
         for op in ops:
             rule = self.rules.get(op.kind)

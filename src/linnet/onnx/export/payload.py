@@ -34,6 +34,7 @@ import onnx
 
 from linnet.atomic import atomic_write
 from linnet.errors import LinnetError
+from linnet.progress import Progress
 
 INLINE_LIMIT = 1024
 """Weights smaller than this many bytes are embedded at once (as onnx's `size_threshold`)."""
@@ -109,7 +110,11 @@ def write_shared(models: Sequence[tuple[onnx.ModelProto, Payload, Path]], data_p
     written: dict[tuple[int, int, str], int] = {}
     pointed: list[onnx.TensorProto] = []
     try:
-        with atomic_write(data_path, durable=False) as data:
+        total = sum(payload_bytes(payload) for _, payload, _ in models)
+        with (
+            atomic_write(data_path, durable=False) as data,
+            Progress(f"writing {data_path.name}", total, "B") as bar,
+        ):
             offset = 0
             for model, payload, _ in models:
                 for tensor, array in pending_initializers(model, payload):
@@ -121,6 +126,7 @@ def write_shared(models: Sequence[tuple[onnx.ModelProto, Payload, Path]], data_p
                         if start > offset:
                             data.write(bytes(start - offset))
                         data.write(raw_view(array))  # type: ignore[call-overload]
+                        bar.update(size)
                         offset = start + size
                         written[key] = start
                     _point(tensor, location, start, size)
