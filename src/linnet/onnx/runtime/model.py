@@ -246,7 +246,7 @@ class OnnxModel:
             for v, spec in zip(values, signature.inputs, strict=False)
         ]
         types = [t for _, t in converted]
-        dynamic = None if generics or argmax or cuda_graph else self.dynamic_session(name)
+        dynamic = None if generics or argmax or cuda_graph else self.dynamic_session(name, types)
         result_types = None
         if dynamic is not None:
             session, dims = dynamic
@@ -307,13 +307,21 @@ class OnnxModel:
             self._sessions[(*key, capture)] = session
         return session
 
-    def dynamic_session(self, name: str) -> tuple[EntrySession, DynamicShapes] | None:
-        """The one session of entry `name` for every size, or None (see the module docstring)."""
+    def dynamic_session(
+        self, name: str, input_types: Sequence[TensorType]
+    ) -> tuple[EntrySession, DynamicShapes] | None:
+        """The one session of entry `name` for every size, or None (see the module docstring).
+
+        Decided on the first call (`input_types`): an entry that writes a cache in
+        place is known from one lowering, before any sampling.
+        """
         if name in self._dynamic:
             return self._dynamic[name]
         signature = self._signature(name)
         names = sized_generics(signature)
         found = None
+        if names and find_writes(self.lowered(name, input_types)):
+            names = []
         if names:
             try:
                 fn, dims = lower_entry_dynamic(
