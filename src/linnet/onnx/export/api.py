@@ -66,8 +66,10 @@ def export_model(
     generics (`["B", "S"]`) left symbolic: one graph for every size, their
     values read from the inputs, the `where` clauses on them checked at run
     time (`linnet.onnx.runtime.exported`); no value is needed for them in
-    `generics`. Without weights, `optionals` says whether optional members
-    count as present (`linnet onnx --optionals`).
+    `generics`. The `ExportedModel`'s `inputs`, `outputs` and `function`
+    are then those of the first sizes sampled; the graph's `dim_param`s give
+    the sizes for every call. Without weights, `optionals` says whether
+    optional members count as present (`linnet onnx --optionals`).
 
     >>> exported = export_model('''module doc
     ... pub block Scale<H: Dim> {
