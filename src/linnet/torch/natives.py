@@ -18,7 +18,6 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.softmax::softmax` | `torch.softmax` on f32, cast to `T` |
 | `std.nn.activations::silu`, `sigmoid` | `F.silu`, `torch.sigmoid` |
 | `std.nn.activations::gelu_erf` | `0.5 x erfc(-x / sqrt 2)` in f32 (native erfc), cast to `T` |
-| `std.nn.activations::gelu` | `F.gelu(approximate="tanh")` on f32, cast to `T` |
 | `std.nn.activations::relu` | `torch.relu` |
 | `std.nn.norm::layer_norm` | `F.layer_norm` on f32 (no affine), cast to `T`, times the weight, plus the bias |
 | `std.nn.norm::batch_norm` | `F.batch_norm(training=False)` on f32, cast to `T` |
@@ -26,6 +25,12 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 |
 | `std.nn.cache::write_at` | `index_copy` of the one row (out of place) |
 | `std.nn.cache::write_span` at a constant position | the cache slices and the span, concatenated |
+
+`std.nn.activations::gelu` (the tanh form) keeps its canonical body: stdlib.md
+names `F.gelu(approximate="tanh")`, but its CPU kernel is not within one
+rounding of the f32 formula in the tails (measured: 1.5e-7 absolute where the
+value is about 1e-7, tests/stdlib/test_std_activations.py), which the
+contract for `gelu` asks.
 
 Attention masks: a mask made by `causal_mask<Q, Q>` becomes `is_causal=True`;
 any other mask is passed as a boolean mask, and rows whose keys are all
@@ -180,11 +185,6 @@ def gelu_erf(x: torch.Tensor) -> torch.Tensor:
     xf = x.to(torch.float32)
     tail: torch.Tensor = torch.special.erfc(xf * -0.7071067811865476)
     return (0.5 * xf * tail).to(x.dtype)
-
-
-def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    """stdlib.md 5 `gelu`: the tanh approximation in f32, cast to `T`."""
-    return F.gelu(x.to(torch.float32), approximate="tanh").to(x.dtype)
 
 
 def layer_norm(
@@ -470,9 +470,6 @@ FINDERS: dict[str, Finder] = {
     ),
     "std.nn.activations::gelu_erf": _find_elementwise(
         "std.nn.activations::gelu_erf", gelu_erf, "natives.gelu_erf"
-    ),
-    "std.nn.activations::gelu": _find_elementwise(
-        "std.nn.activations::gelu", gelu_tanh, "natives.gelu_tanh"
     ),
     "std.nn.activations::relu": _find_elementwise(
         "std.nn.activations::relu", torch.relu, "torch.relu"
