@@ -176,6 +176,21 @@ pub entry fold<N: Dim>(x: Tensor[N; f32]) -> Tensor[N / 2; f32] where N % 2 == 0
         np.testing.assert_array_equal(y, x[0::2] + x[1::2])
     with pytest.raises(LinnetError, match="N % 2 == 0 does not hold"):
         session.run({"x": np.zeros(3, np.float32)})
+    square = export_function(
+        """module m
+pub entry flat<N: Dim>(x: Tensor[N, N; f32]) -> Tensor[N * N; f32] {
+    return reshape(x, [N * N])
+}""",
+        "flat",
+        generics={},
+        dynamic=["N"],
+    )  # N^2 needs the finer grid: the multilinear fit fails its check first
+    dims = [d.dim_param for d in square.model.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == ["N^2"]
+    for n in (1, 3, 12):
+        x = np.arange(n * n, dtype=np.float32).reshape(n, n)
+        (y,) = ExportedSession(square).run({"x": x})
+        np.testing.assert_array_equal(y, x.reshape(-1))
     with pytest.raises(LinnetError, match=r"dynamic N: .* is no polynomial in N"):
         export_function(
             """module m

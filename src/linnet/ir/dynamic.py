@@ -3,18 +3,20 @@
 Stage: between lowering and a backend that can compute shapes at run time
 (the ONNX exporter, `export_model(dynamic=[...])`). The Core IR stays static
 (architecture.md "Core IR"); instead the entry is lowered at a small grid of
-sizes for the dynamic generics (three values each, so degree 2 in each fits)
-and once more off the grid. The lowerings must be the same graph op for op
-(kinds, operands, dtypes, ranks, every attribute that is not an integer);
-every integer that differs (an axis of a result type, a `reshape` or
-`broadcast` shape, a `slice` bound, a generic of a `call`) is fitted exactly
-by `symbolic.fit_grid` and must then predict the extra lowering. The result
-is the first lowering plus a `DynamicShapes` table of what varies.
+sizes for the dynamic generics and once more off the grid: two values each
+first (multilinear sizes, `B * S`: what batch and length sizes are), and three
+each (degree 2 in each generic) when a size does not fit that. The lowerings
+must be the same graph op for op (kinds, operands, dtypes, ranks, every
+attribute that is not an integer); every integer that differs (an axis of a
+result type, a `reshape` or `broadcast` shape, a `slice` bound, a generic of
+a `call`) is fitted exactly by `symbolic.GridFit` and must then predict the
+extra lowering. The result is the first lowering plus a `DynamicShapes`
+table of what varies.
 
 Why sampling rather than a symbolic IR: lowering, the passes and every
 backend keep reading plain ints, and the check is sound for what it claims
-(identical graphs, sizes that are the fitted polynomials at four values per
-generic); anything else is refused with a LinnetError that names the op.
+(identical graphs, sizes that are the fitted polynomials at every lowering,
+one more than the fit needs); anything else is refused with a LinnetError that names the op.
 A constant whose shape varies is accepted only when it is one value repeated
 (`DynamicShapes.fills`); a small constant of fixed shape whose integral
 elements vary (`N - 1` in `std.nn.cache::write_span`) has each element fitted
@@ -36,7 +38,7 @@ import numpy as np
 
 from linnet.errors import LinnetError
 from linnet.ir.core import Function, Op, Region, TensorType, Value
-from linnet.ir.symbolic import Dim, Poly, fit_grid, grid_points
+from linnet.ir.symbolic import Dim, GridFit, Poly, grid_points
 from linnet.progress import track
 from linnet.records import field, record
 
@@ -118,21 +120,30 @@ def lower_dynamic(
     """
     order = tuple(names)
     samples = _choose_samples(order, fits)
-    grid = [samples[n][: POINTS - 1] for n in order]
-    points = grid_points(grid)
     check = {n: samples[n][POINTS - 1] for n in order}
-    fns: list[Function] = []
-    lowerings = [
-        {n: grid[i][k] for i, (n, k) in enumerate(zip(order, point, strict=True))}
-        for point in points
-    ]
-    for values in track([*lowerings, check], f"lowering at {len(points) + 1} sizes"):
-        fns.append(lower_at(values))
-    check_point = tuple(check[n] for n in order)
-    matcher = _Matcher(order, grid, points, check_point)
-    dims = matcher.run(fns)
+    lowered: dict[tuple[int, ...], Function] = {}
+
+    def attempt(per_name: int) -> DynamicShapes:
+        grid = [samples[n][:per_name] for n in order]
+        points = grid_points(grid)
+        wanted = [
+            {n: grid[i][k] for i, (n, k) in enumerate(zip(order, point, strict=True))}
+            for point in points
+        ]
+        wanted.append(check)
+        missing = [v for v in wanted if tuple(v[n] for n in order) not in lowered]
+        for values in track(missing, f"lowering at {len(missing)} sizes"):
+            lowered[tuple(values[n] for n in order)] = lower_at(values)
+        fns = [lowered[tuple(v[n] for n in order)] for v in wanted]
+        matcher = _Matcher(order, grid, points, tuple(check[n] for n in order))
+        return matcher.run(fns)
+
+    try:  # multilinear first (2 values each): what batch and length sizes are
+        dims = attempt(2)
+    except _Unfitted:
+        dims = attempt(POINTS - 1)  # degree 2 in each generic
     dims.samples = {n: tuple(samples[n]) for n in order}
-    fn = fns[0]
+    fn = lowered[tuple(samples[n][0] for n in order)]
     dims.sources = _sources(fn, dims)
     dims.results = fn.results
     return fn, dims
@@ -196,6 +207,10 @@ def _sources(fn: Function, dims: DynamicShapes) -> dict[str, tuple[int, int]]:
     return found
 
 
+class _Unfitted(LinnetError):
+    """A size the fitted polynomial does not predict (a finer grid may fit it)."""
+
+
 class _Matcher:
     """Walks N lowerings in step, fitting every integer that differs between them."""
 
@@ -211,6 +226,7 @@ class _Matcher:
         self.points = points
         self.check = dict(zip(names, check, strict=True))
         self.dims = DynamicShapes(names, {}, {}, {}, {}, {}, {})
+        self.fitter = GridFit(names, grid)
         self.corr: list[dict[Value, Value]] = []
 
     def run(self, fns: list[Function]) -> DynamicShapes:
@@ -368,11 +384,11 @@ class _Matcher:
         if all(v == values[0] for v in values):
             return values[0]
         table = dict(zip(self.points, values[:-1], strict=True))
-        poly = fit_grid(self.names, self.grid, table)
+        poly = self.fitter(table)
         expected = poly.exact(self.check) if isinstance(poly, Poly) else poly
         if expected != values[-1]:
             shown = ", ".join(self.names)
-            raise LinnetError(
+            raise _Unfitted(
                 f"dynamic {shown}: {what} is no polynomial in {shown} "
                 f"(fitted `{poly}` predicts {expected} at {self.check}, lowering gives "
                 f"{values[-1]}); export with these generics bound"

@@ -228,10 +228,37 @@ def fit_grid(
     `values` maps grid index tuples to the value there; the degree in each name
     is below the number of its points.
     """
-    inverses = [
-        _inverse([[Fraction(x) ** j for j in range(len(points))] for x in points])
-        for points in grid
-    ]
+    return GridFit(names, grid)(values)
+
+
+class GridFit:
+    """`fit_grid` for one grid, many tables: the Vandermonde inverses solved once and
+    the fits of tables already seen remembered (most sizes repeat: `B`, `S`, `B*S`)."""
+
+    def __init__(self, names: tuple[str, ...], grid: Sequence[Sequence[int]]) -> None:
+        self.names = names
+        self.inverses = [
+            _inverse([[Fraction(x) ** j for j in range(len(points))] for x in points])
+            for points in grid
+        ]
+        self._seen: dict[tuple[tuple[tuple[int, ...], int], ...], Dim] = {}
+
+    def __call__(self, values: Mapping[tuple[int, ...], int]) -> Dim:
+        key = tuple(sorted(values.items()))
+        found = self._seen.get(key)
+        if found is None:
+            found = self._seen[key] = self._solve(values)
+        return found
+
+    def _solve(self, values: Mapping[tuple[int, ...], int]) -> Dim:
+        return _solve(self.names, self.inverses, values)
+
+
+def _solve(
+    names: tuple[str, ...],
+    inverses: Sequence[list[list[Fraction]]],
+    values: Mapping[tuple[int, ...], int],
+) -> Dim:
     table: dict[tuple[int, ...], Fraction] = {k: Fraction(v) for k, v in values.items()}
     for axis, inverse in enumerate(inverses):
         solved: dict[tuple[int, ...], Fraction] = {}
