@@ -30,8 +30,7 @@ be checked at export time and are checked by the runtime wrappers.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -101,9 +100,6 @@ class DynamicShapes:
         if found is not None and key in found:
             return found[key]
         return op.attrs[key]
-
-    def input_dims(self, fn: Function) -> list[tuple[Dim, ...]]:
-        return [self.shape(value) for _, value in fn.inputs]
 
 
 def lower_dynamic(
@@ -394,31 +390,6 @@ class _Matcher:
                 f"{values[-1]}); export with these generics bound"
             )
         return poly
-
-
-def walk(region: Region) -> Iterator[Op]:
-    for op in region.ops:
-        yield op
-        for inner in op.regions:
-            yield from walk(inner)
-
-
-def sample_values(dims: DynamicShapes) -> Iterator[dict[str, int]]:
-    """Every combination of the sample sizes (tests run the export at each)."""
-    order = dims.names
-    for combo in itertools.product(*(dims.samples[n] for n in order)):
-        yield dict(zip(order, combo, strict=True))
-
-
-def symbolic_attr(attr: Any) -> bool:
-    """Whether an attribute form (from `DynamicShapes.attr`) holds a Poly anywhere."""
-    if isinstance(attr, Poly):
-        return True
-    if isinstance(attr, tuple | list):
-        return any(symbolic_attr(a) for a in attr)
-    if isinstance(attr, dict):
-        return any(symbolic_attr(a) for a in attr.values())
-    return False
 
 
 # -- one entry of a bound model -------------------------------------------------------------

@@ -119,11 +119,6 @@ class Poly:
                 return self.names[exps.index(1)]
         return None
 
-    @property
-    def used(self) -> tuple[str, ...]:
-        """The generics that occur in the polynomial."""
-        return tuple(n for i, n in enumerate(self.names) if any(e[i] for e, _ in self.terms))
-
     def exact(self, values: Mapping[str, int]) -> Fraction:
         """The value at `values`, as a fraction."""
         total = Fraction(0)
