@@ -31,9 +31,11 @@ from linnet.ir.symbolic import RELATIONS, Poly, eval_dim_json, parse_poly
 class ExportedSession:
     """An ONNX Runtime session over an exported entry, checked at its boundary.
 
-    `model` is a `ModelProto`, a file path or an `ExportedModel`; `providers`
-    and `options` go to `onnxruntime.InferenceSession`. `run(feeds)` returns
-    the outputs in graph order as `InferenceSession.run` does.
+    `model` is a `ModelProto`, a file path (its external data is left to ONNX
+    Runtime: a model past 2 GB is never serialised here) or an `ExportedModel`
+    (its `.model`, weights included: save a large one and pass the path);
+    `providers` and `options` go to `onnxruntime.InferenceSession`.
+    `run(feeds)` returns the outputs in graph order as `InferenceSession.run` does.
     """
 
     def __init__(
@@ -44,7 +46,7 @@ class ExportedSession:
     ) -> None:
         import onnxruntime as ort  # type: ignore[import-untyped]
 
-        proto = _proto(model)
+        proto, source = _proto(model)
         meta = {p.key: p.value for p in proto.metadata_props}
         self.entry = meta.get("linnet.entry", "main")
         names = meta.get("linnet.dynamic", "")
@@ -66,7 +68,7 @@ class ExportedSession:
                     dims.append(None)
             self.inputs[value.name] = dims
         self.session = ort.InferenceSession(
-            proto.SerializeToString(),
+            source,
             options,
             providers=list(providers or ["CPUExecutionProvider"]),
         )
@@ -130,17 +132,19 @@ class ExportedSession:
         return result
 
 
-def _proto(model: Any) -> onnx.ModelProto:
+def _proto(model: Any) -> tuple[onnx.ModelProto, str | bytes]:
+    """The model's graph and metadata, and what `InferenceSession` reads."""
     if isinstance(model, onnx.ModelProto):
-        return model
+        return model, model.SerializeToString()
     if isinstance(model, str | os.PathLike):
+        path = os.fspath(model)
         try:
-            return onnx.load(os.fspath(model))
+            return onnx.load(path, load_external_data=False), path
         except OSError as exc:
             raise LinnetError(f"cannot read `{model}`: {exc.strerror or exc}") from None
     proto = getattr(model, "model", None)
     if isinstance(proto, onnx.ModelProto):
-        return proto
+        return proto, proto.SerializeToString()
     raise LinnetError(
         f"ExportedSession needs a ModelProto, a file or an ExportedModel, not {type(model).__name__}"
     )
