@@ -19,7 +19,11 @@ and the median latency over interleaved-free repeated runs. Each table row
 carries the ratio to the peer; the aim for linnet's export is under 12 s and a
 peak under 1.2x the weight bytes at TinyLlama shapes.
 
-    .venv/bin/python bench/onnx_export.py [--small] [--layers N] [--keep DIR]
+With `--dynamic` linnet's `prefill` is exported with its sequence length
+`S` dynamic (`export_model(dynamic=["S"])`: one graph for every prompt
+length, shapes computed in the graph), and the latency row runs that graph.
+
+    .venv/bin/python bench/onnx_export.py [--small] [--layers N] [--dynamic] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -80,7 +84,7 @@ def child_weights(sizes: dict[str, int], work: Path) -> dict[str, Any]:
     return {"bytes": sum(v.numel() * v.element_size() for v in state.values())}
 
 
-def child_linnet(sizes: dict[str, int], work: Path) -> dict[str, Any]:
+def child_linnet(sizes: dict[str, int], work: Path, dynamic: bool) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "src"))
     from linnet.onnx import export_model, save_together
     from linnet.weights.safetensors import read_safetensors
@@ -95,7 +99,11 @@ def child_linnet(sizes: dict[str, int], work: Path) -> dict[str, Any]:
     for entry, own in (("prefill", {"S": TOKENS}), ("decode", {})):
         began = time.perf_counter()
         exported[entry] = export_model(
-            SOURCE, generics={**generics, **own}, weights=weights, entry=entry
+            SOURCE,
+            generics={**generics, **own},
+            weights=weights,
+            entry=entry,
+            dynamic=["S"] if dynamic and own else [],
         )
         times[entry] = time.perf_counter() - began
     began = time.perf_counter()
@@ -166,6 +174,8 @@ def run_child(name: str, args: argparse.Namespace, work: Path, *extra: str) -> d
                "--layers", str(args.layers or 0), "--rounds", str(args.rounds), *extra]  # fmt: skip
     if args.small:
         command.append("--small")
+    if args.dynamic:
+        command.append("--dynamic")
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.stderr.write(done.stdout + done.stderr)
@@ -187,6 +197,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=0, help="override the number of layers")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--keep", type=Path, help="keep the exported files in this folder")
+    parser.add_argument("--dynamic", action="store_true", help="export prefill with S dynamic")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--which", help=argparse.SUPPRESS)
@@ -195,7 +206,7 @@ def main() -> None:
     if args.child:
         children = {
             "weights": lambda: child_weights(sizes, args.work),
-            "linnet": lambda: child_linnet(sizes, args.work),
+            "linnet": lambda: child_linnet(sizes, args.work, args.dynamic),
             "torch": lambda: child_torch(sizes, args.work),
             "latency": lambda: child_latency(sizes, args.work, args.which, args.rounds),
         }
@@ -216,7 +227,9 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
 
     gb = 1e9
-    print(f"# Llama {sizes}, f32, {weight_bytes / gb:.2f} GB of weights; {os.cpu_count()} cores; "
+    axes = "prefill with S dynamic" if args.dynamic else "static shapes"
+    print(f"# Llama {sizes}, f32, {weight_bytes / gb:.2f} GB of weights; {axes}; "
+          f"{os.cpu_count()} cores; "
           f"each tool in its own process; max |logit difference| between the graphs {gap:.1e}")  # fmt: skip
     print("| export | seconds | vs torch | peak GB | peak / weight bytes | vs torch |")
     print("| --- | --- | --- | --- | --- | --- |")

@@ -57,8 +57,8 @@ commands:
   torch [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
           [--std DIR] FILE                         the PyTorch source generated for one entry
   onnx [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
-          [--provider cpu|cuda] [--fused] [--grad] [--output FILE] [--std DIR] FILE
-                                                   one entry as ONNX (opset 20) text, or a file
+          [--provider cpu|cuda] [--fused] [--grad] [--dynamic G,G...] [--output FILE]
+          [--std DIR] FILE                         one entry as ONNX (opset 20) text, or a file
   init [DIR]                                       create a package (linnet.toml, src/lib.linnet)
   spec-test [--std DIR] DIR                        run a conformance directory
   serve --source FILE --weights W --tokenizer DIR [--generics FILE.json] [--bind G=V]...
@@ -138,12 +138,13 @@ COMMAND_HELP: dict[str, str] = {
     + _STD_OPTION,
     "onnx": "usage: linnet onnx [--entry NAME] [--bind G=V]... [--root BLOCK]\n"
     "                   [--optionals present|absent] [--provider cpu|cuda] [--fused]\n"
-    "                   [--grad] [--output FILE] [--std DIR] FILE\n\n"
+    "                   [--grad] [--dynamic G,G...] [--output FILE] [--std DIR] FILE\n\n"
     "Export one entry as ONNX (opset 20): printed as text, or written to --output.\n\n"
     "options:\n" + _TARGET_OPTIONS + "  --provider cpu|cuda\n"
     "                  the ONNX Runtime provider the graph is prepared for (default: cpu)\n"
     "  --fused         use the fused kernels of the provider\n"
     "  --grad          export the loss and its gradients (outputs loss, grad0, grad1, ...)\n"
+    "  --dynamic G,G   leave these entry generics symbolic: one graph for every size\n"
     "  --output FILE   write a .onnx file instead of printing text\n" + _STD_OPTION,
     "init": "usage: linnet init [DIR]\n\n"
     "Create a package in DIR (default: the current directory): linnet.toml and, when\n"
@@ -464,6 +465,9 @@ def _run_onnx(invocation: Invocation) -> int:
     if provider not in ("cpu", "cuda"):
         raise UsageError(f"`--provider` takes `cpu` or `cuda`, not `{provider}`")
     output = invocation.values.get("--output")
+    dynamic = tuple(
+        n.strip() for n in invocation.values.get("--dynamic", "").split(",") if n.strip()
+    )
     return show_onnx(
         path,
         _target(invocation),
@@ -472,6 +476,7 @@ def _run_onnx(invocation: Invocation) -> int:
         fused="--fused" in invocation.flags,
         output=Path(output) if output is not None else None,
         grad="--grad" in invocation.flags,
+        dynamic=dynamic,
     )
 
 
@@ -625,7 +630,9 @@ _COMMANDS: dict[str, CommandSpec] = {
     "onnx": CommandSpec(
         _run_onnx,
         frozenset({"--fused", "--grad"}),
-        frozenset({"--std", "--entry", "--root", "--optionals", "--provider", "--output"}),
+        frozenset(
+            {"--std", "--entry", "--root", "--optionals", "--provider", "--output", "--dynamic"}
+        ),
         frozenset({"--bind"}),
     ),
     "init": CommandSpec(_run_init),

@@ -83,6 +83,14 @@ def resolve(program: CheckedProgram, target: Target) -> Resolved:
     return Resolved(model, module, signature, entry_input_types(signature, own), present, own)
 
 
+def entry_info(program: CheckedProgram, target: Target) -> FnInfo:
+    """The entry `target` names (a block's or a module-level one), before any binding."""
+    root = _root_block(program, target.root)
+    if root is None:
+        return _module_entry(program, target.entry)
+    return _block_entry(root, target.entry)
+
+
 def _root_block(program: CheckedProgram, name: str | None) -> BlockInfo | None:
     """12.10: the named block, else the only block with entries, else None (module entries)."""
     from linnet.ir.bind import find_root

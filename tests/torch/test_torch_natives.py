@@ -26,11 +26,11 @@ from linnet.torch.ops import Context
 
 SOURCE = """module native_cases
 
-use std.nn.activations::{sigmoid, silu}
+use std.nn.activations::{gelu, relu, sigmoid, silu}
 use std.nn.attention::{attention, causal_mask, grouped_attention}
 use std.nn.cache::{write_at, write_span}
 use std.nn.linear::{linear}
-use std.nn.norm::{rms_norm}
+use std.nn.norm::{batch_norm, group_norm, layer_norm, rms_norm}
 use std.nn.softmax::{softmax}
 
 pub entry dense<*S: Shape, I: Dim, O: Dim, T: Float>(x: Tensor[*S, I; T], w: Tensor[O, I; T]) -> Tensor[*S, O; T] {
@@ -43,6 +43,27 @@ pub entry dense_bias<*S: Shape, I: Dim, O: Dim, T: Float>(x: Tensor[*S, I; T], w
 
 pub entry norm<*S: Shape, H: Dim, T: Float>(x: Tensor[*S, H; T], w: Tensor[H; T]) -> Tensor[*S, H; T] {
     return rms_norm(x, w, 1e-6)
+}
+
+pub entry layer<*S: Shape, H: Dim, T: Float>(x: Tensor[*S, H; T], w: Tensor[H; T], b: Tensor[H; T]) -> (Tensor[*S, H; T], Tensor[*S, H; T]) {
+    return (layer_norm(x, w, some(b), 1e-6), layer_norm(x, w))
+}
+
+pub entry batch<B: Dim, C: Dim, H: Dim, W: Dim, T: Float>(
+    x: Tensor[B, C, H, W; T], m: Tensor[C; T], v: Tensor[C; T], w: Tensor[C; T], b: Tensor[C; T],
+) -> Tensor[B, C, H, W; T] {
+    return batch_norm(x, m, v, w, b, 1e-3)
+}
+
+pub entry groups<B: Dim, C: Dim, H: Dim, W: Dim, T: Float>(
+    x: Tensor[B, C, H, W; T], w: Tensor[C; T], b: Tensor[C; T],
+) -> Tensor[B, C, H, W; T]
+where C % 3 == 0 {
+    return group_norm<B, C, H, W, 3, T>(x, w, b, 1e-6)
+}
+
+pub entry curves<*S: Shape, T: Float>(x: Tensor[*S; T]) -> (Tensor[*S; T], Tensor[*S; T]) {
+    return (gelu(x), relu(x))
 }
 
 pub entry soft<*S: Shape, N: Dim, T: Float>(x: Tensor[*S, N; T]) -> Tensor[*S, N; T] {
@@ -203,3 +224,25 @@ def test_write_span_at_constant_positions(program, span: int) -> None:  # type: 
     """Spans inside, overlapping either end of, and past the cache (nothing written)."""
     cache, value = data(17, "f32", (2, 3, 6, 4)), data(18, "f32", (2, 3, span, 4))
     run_case(program, "spans", [cache, value], ["f32", "f32"], "std.nn.cache::write_span")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
+def test_layer_norm_with_and_without_bias(program, dtype: str) -> None:  # type: ignore[no-untyped-def]
+    x, w, b = data(21, dtype, (3, 4, 16), 3.0), data(22, dtype, (16,)), data(23, dtype, (16,))
+    run_case(program, "layer", [x, w, b], [dtype] * 3, "std.nn.norm::layer_norm",
+             1e7 if dtype == "f64" else 1.0)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_batch_and_group_norm(program, dtype: str) -> None:  # type: ignore[no-untyped-def]
+    x = data(24, dtype, (2, 6, 3, 5), 2.0)
+    m, w, b = data(25, dtype, (6,)), data(26, dtype, (6,)), data(27, dtype, (6,))
+    v = np.abs(data(28, dtype, (6,))) + np.array(0.5, dtype=x.dtype)
+    run_case(program, "batch", [x, m, v, w, b], [dtype] * 5, "std.nn.norm::batch_norm")
+    run_case(program, "groups", [x, w, b], [dtype] * 3, "std.nn.norm::group_norm")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_relu(program, dtype: str) -> None:  # type: ignore[no-untyped-def]
+    x = data(29, dtype, (4, 9), 3.0)
+    run_case(program, "curves", [x], [dtype], "std.nn.activations::relu")

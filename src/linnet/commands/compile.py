@@ -4,7 +4,8 @@ Both check the file first (a program with errors prints its diagnostics and
 exits 1), then run bind -> lower -> optimize (`linnet.pipeline.compile_entry`)
 for the chosen root and entry. `inspect --ir` prints the Core IR text of
 `linnet.ir.printer`; `torch` prints the Python source that `linnet.torch`'s
-code generator builds for it (torch is imported only by that command).
+code generator builds for it, as a module that runs on its own
+(`linnet.torch.standalone`; torch is imported only by that command).
 """
 
 from __future__ import annotations
@@ -44,11 +45,14 @@ def show_torch(path: Path, target: Target, color: bool) -> int:
             "`linnet torch` needs PyTorch: install it with `pip install 'linnet-lang[torch]'`"
         ) from None
     from linnet.torch.codegen import generate
+    from linnet.torch.standalone import standalone_source
 
     # The meta device: constants and iotas the source refers to are never
-    # allocated (H = 2**40 prints as it would for H = 8, not a terabyte of arange).
+    # allocated (H = 2**40 prints as it would for H = 8, not a terabyte of arange);
+    # the standalone module spells constants from the IR, not from tensors.
     generated = generate(compiled.function, torch.device("meta"), hoist_weights=True)
-    sys.stdout.write(generated.source)
+    title = f"entry `{compiled.function.name}` of {path.name}"
+    sys.stdout.write(standalone_source(generated, title))
     return 0
 
 

@@ -7,8 +7,10 @@ inputs `param<N>`, bound by name at run time (`linnet.onnx.export.assemble`
 has the graph contract). The text is what `onnx.parser.parse_model` reads.
 `--output FILE` writes the binary model instead; `--provider` chooses the
 ONNX Runtime provider the dtype choices are made for, `--fused` allows
-ONNX Runtime's contrib kernels. `--grad` exports the loss and its gradients
-(language-extensions 6: outputs `loss`, `grad<N>`). onnx is imported only by this command.
+ONNX Runtime's contrib kernels, `--dynamic B,S` leaves those entry generics
+symbolic (`export_model(dynamic=...)`: no `--bind` needed for them), `--grad`
+exports the loss and its gradients (language-extensions 6: outputs `loss`,
+`grad<N>`). onnx is imported only by this command.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def show_onnx(
     fused: bool = False,
     output: Path | None = None,
     grad: bool = False,
+    dynamic: tuple[str, ...] = (),
 ) -> int:
     """Print (or write) the ONNX model of the target entry; exit status 1 on source errors."""
     from linnet.pipeline import check_paths, compile_entry
@@ -47,16 +50,31 @@ def show_onnx(
     if program.has_errors:
         sys.stderr.write(render_human(program.diagnostics, color=color))
         return 1
-    compiled = compile_entry(program, target)
-    fn, gradients = compiled.function, None
-    if grad:
-        from linnet.ir.grad import differentiate_entry
-        from linnet.pipeline import optimize
+    if dynamic:
+        from linnet.onnx.export.api import export_model
 
-        r = compiled.resolved
-        fn, gradients = differentiate_entry(fn, r.model, r.present)
-        fn = optimize(fn)
-    exported = export_ir(fn, provider=provider, fused=fused, gradients=gradients)
+        exported = export_model(
+            program,
+            generics=target.generics,
+            entry=target.entry,
+            root=target.root,
+            provider=provider,
+            fused=fused,
+            dynamic=dynamic,
+            optionals=target.optionals_present,
+            grad=grad,
+        )
+    else:
+        compiled = compile_entry(program, target)
+        fn, gradients = compiled.function, None
+        if grad:
+            from linnet.ir.grad import differentiate_entry
+            from linnet.pipeline import optimize
+
+            r = compiled.resolved
+            fn, gradients = differentiate_entry(fn, r.model, r.present)
+            fn = optimize(fn)
+        exported = export_ir(fn, provider=provider, fused=fused, gradients=gradients)
     if output is not None:
         exported.save(output)
         return 0

@@ -5,8 +5,10 @@ imports onnx (onnxruntime only when a session is made).
 
 - `export_model(source, generics=..., weights=...)` -> `ExportedModel`
   (`.model`, `.inputs`, `.outputs`, `.text()`, `.save(path)`, `.session()`):
-  one entry of a block, every generic bound; weights embedded as
-  initializers, or params left as graph inputs `param<N>` bound by name.
+  one entry of a block, every generic bound (but those named in
+  `dynamic=["B", "S"]`, left as `dim_param`s with shapes computed in the
+  graph); weights embedded as initializers, or params left as graph inputs
+  `param<N>` bound by name.
 - `export_function(source, name, generics=...)` -> `ExportedModel` of a
   module-level entry.
 - `export_ir(fn)`: the same from an already lowered Core IR function.
@@ -16,7 +18,11 @@ imports onnx (onnxruntime only when a session is made).
 - `check_provider(model, provider)`: the clear error for a bf16 model on
   the CPU provider.
 - `load_model` / `OnnxModel` (the runtime, `linnet.onnx.runtime.model`): sessions
-  per entry and shapes, weights as OrtValues, state kept on the device.
+  per entry (one for all sizes where the entry allows it) or per shape, weights
+  as OrtValues, state kept on the device.
+- `ExportedSession(path_or_model)` (`linnet.onnx.runtime.exported`): a saved
+  export run with its entry's checks (dynamic sizes bound from the inputs,
+  their `where` clauses evaluated).
 - `import_onnx(model, output=...)` -> `ImportResult` (`linnet.onnx.importer.api`):
   an ONNX graph back to checked, formatted Linnet source and SafeTensors.
   A model it cannot map raises `UnmappedOperatorsError` (`.refusals`: each
@@ -40,6 +46,7 @@ from linnet.onnx.export.result import ExportedModel, GraphIO, save_together
 from linnet.onnx.export.text import model_from_text, model_to_text
 
 _RUNTIME = ("OnnxModel", "load_model")
+_EXPORTED = ("ExportedSession",)
 _IMPORTER = ("ImportResult", "import_onnx")
 _REFUSALS = ("ImportRefusedError", "UnmappedOperatorsError")
 
@@ -50,6 +57,10 @@ def __getattr__(name: str) -> Any:
         from linnet.onnx.runtime import model
 
         return getattr(model, name)
+    if name in _EXPORTED:
+        from linnet.onnx.runtime import exported
+
+        return getattr(exported, name)
     if name in _IMPORTER:
         from linnet.onnx.importer import api
 
@@ -63,6 +74,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ExportedModel",
+    "ExportedSession",
     "GraphIO",
     "ImportRefusedError",
     "ImportResult",

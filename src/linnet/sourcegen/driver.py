@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from linnet.check.dims import Dim
+from linnet.progress import track
 from linnet.sourcegen import build
 from linnet.sourcegen.graph import Graph, Node, TensorInfo
 from linnet.sourcegen.layout import Layout
@@ -68,7 +69,7 @@ def run(graph: Graph, registry: Registry, layout: Layout) -> Translation:
         t.values[name] = Value(
             tuple(Dim.const(int(s)) for s in arr.shape), numpy_dtype_name(arr.dtype), const=arr
         )
-    translate_nodes(t, registry, graph.nodes)
+    translate_nodes(t, registry, graph.nodes, progress=True)
     for info in graph.outputs:
         if info.name in t.values:
             value = t.values[info.name]
@@ -81,13 +82,16 @@ def run(graph: Graph, registry: Registry, layout: Layout) -> Translation:
     return t
 
 
-def translate_nodes(t: Translation, registry: Registry, nodes: Sequence[Node]) -> int:
+def translate_nodes(
+    t: Translation, registry: Registry, nodes: Sequence[Node], *, progress: bool = False
+) -> int:
     """Translate `nodes` in order into `t` (a graph's, or a subgraph body's whose
     formal inputs are already bound in `t.values`); returns how many refusals
-    they added. A node reading a refused node's result is skipped (see `run`)."""
+    they added. A node reading a refused node's result is skipped (see `run`).
+    `progress` shows a bar (`linnet.progress`) over the nodes."""
     before = len(t.refusals)
     dead: set[str] = set()
-    for node in nodes:
+    for node in track(nodes, "translating nodes") if progress else nodes:
         _translate_node(t, registry, node, dead)
     return len(t.refusals) - before
 

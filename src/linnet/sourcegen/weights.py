@@ -26,6 +26,7 @@ import numpy as np
 
 from linnet.atomic import atomic_write, ensure_folder
 from linnet.errors import LinnetError
+from linnet.progress import Progress
 from linnet.records import record
 from linnet.weights.safetensors import LINNET_TO_ST
 
@@ -81,17 +82,20 @@ def write_safetensors(target: Path, tensors: Sequence[StoredTensor]) -> None:
         out.write(encoded)
         out.flush()
         position = 8 + len(encoded)
-        for t in ordered:
-            if isinstance(t.data, FileRange):
-                _copy_range(t.data, out.fileno(), position)
-                position += t.data.length
-            else:
-                arr = np.ascontiguousarray(t.data)
-                out.seek(position)
-                if arr.size:
-                    out.write(arr.reshape(-1).view(np.uint8).data)
-                out.flush()
-                position += arr.nbytes
+        with Progress(f"writing {target.name}", offset, "B") as bar:
+            for t in ordered:
+                start = position
+                if isinstance(t.data, FileRange):
+                    _copy_range(t.data, out.fileno(), position)
+                    position += t.data.length
+                else:
+                    arr = np.ascontiguousarray(t.data)
+                    out.seek(position)
+                    if arr.size:
+                        out.write(arr.reshape(-1).view(np.uint8).data)
+                    out.flush()
+                    position += arr.nbytes
+                bar.update(position - start)
         out.truncate(position)
 
 

@@ -21,6 +21,8 @@ standard-library ops become native kernels (`linnet.torch.natives`); the
 others are inlined with a comment naming the op. `while` and `if` become
 Python loops and branches. Each intermediate is deleted after its last use
 (`del`), as eager code drops it, so the allocator can reuse its memory.
+`linnet.torch.standalone` writes the same source as a self-contained module
+(the globals spelled out), which `linnet torch` prints.
 """
 
 from __future__ import annotations
@@ -113,6 +115,9 @@ class Generated:
     entry: Entry
     prologue: Prologue | None
     hoisting: Hoisting
+    globals: dict[str, Any]
+    kernels: dict[str, Op]
+    """The op behind each fallback kernel global `_k<n>` (`standalone` rebuilds them)."""
 
 
 class _Namer:
@@ -148,8 +153,16 @@ class _Namer:
 class _Emitter:
     """Writes the lines of one Python function from IR regions."""
 
-    def __init__(self, context: Context, namer: _Namer, globals_: dict[str, Any], natives: bool):
+    def __init__(
+        self,
+        context: Context,
+        namer: _Namer,
+        globals_: dict[str, Any],
+        natives: bool,
+        kernels: dict[str, Op],
+    ) -> None:
         self.context = context
+        self.kernels = kernels
         self.name = namer
         self.globals = globals_
         self.natives = natives
@@ -184,6 +197,7 @@ class _Emitter:
     def fallback(self, op: Op, why: str) -> None:
         """Call the runner's kernel for this op (shared semantics for the rare cases)."""
         kernel = self.bind_global("k", make_kernel(op, self.context))
+        self.kernels[kernel] = op
         args = ", ".join(self.name(v) for v in op.operands)
         self.assign(op, f"{kernel}({args})", f"{op.kind} {why}")
 
@@ -250,7 +264,12 @@ class _Emitter:
     def emit_const(self, op: Op) -> None:
         value = op.attrs["value"]
         assert isinstance(value, np.ndarray)
-        tensor = to_torch(value, op.results[0].type.dtype, self.context.device)
+        device = self.context.device
+        if device.type == "meta":
+            # Printing only (`linnet torch`): constants are small (folding caps them) and
+            # the printer writes their values out, so they stay real, on the CPU.
+            device = torch.device("cpu")
+        tensor = to_torch(value, op.results[0].type.dtype, device)
         name = self.bind_global("c", tensor)
         self.name.names[op.results[0]] = name
         self.name.taken.add(name)
@@ -529,7 +548,8 @@ def generate(
     for name, value in fn.inputs:
         namer.names[value] = namer.fresh(name)
     # Constants and iotas first: they are globals, shared by both functions.
-    sources = _Emitter(context, namer, globals_, natives)
+    kernels: dict[str, Op] = {}
+    sources = _Emitter(context, namer, globals_, natives, kernels)
     for op in walk(fn.body):
         if op.kind == "const":
             sources.emit_const(op)
@@ -541,7 +561,7 @@ def generate(
     head = [f"# entry {fn.name}({signature})"]
     prologue_src: list[str] = []
     if plan.ops:
-        pro = _Emitter(context, namer, globals_, natives)
+        pro = _Emitter(context, namer, globals_, natives, kernels)
         read = {v for op in plan.ops for v in free_values(op)}
         for op in fn.body.ops:
             if op.kind in ("param", "buffer") and op.results[0] in read:
@@ -552,7 +572,7 @@ def generate(
         pro.line(f"return ({packed})")
         prologue_src = ["def prologue(W):", *pro.lines, ""]
 
-    main = _Emitter(context, namer, globals_, natives)
+    main = _Emitter(context, namer, globals_, natives, kernels)
     if frontier:
         main.line(f"({', '.join(frontier)}{',' if len(frontier) == 1 else ''}) = H")
     needed_by_main = set(fn.results) | set(fn.state_updates.values())
@@ -579,7 +599,7 @@ def generate(
     code = compile(source, f"<linnet {fn.name}>", "exec")
     exec(code, globals_)
     prologue = globals_.get("prologue") if plan.ops else None
-    return Generated(source, globals_["entry"], prologue, plan)
+    return Generated(source, globals_["entry"], prologue, plan, globals_, kernels)
 
 
 class CompiledFunction:

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from linnet.errors import InternalError
-from linnet.ir.core import Op, Value
+from linnet.ir.core import Op, TensorType, Value
 from linnet.ir.ops import BINARY_KINDS, UNARY_KINDS
 from linnet.torch.dtypes import FLOATS, MASKED, highest, lowest, storage, to_torch
 
@@ -570,6 +570,19 @@ MAKERS: dict[str, Maker] = {
 }
 """Kernel makers for every op kind that needs no environment (all but control flow,
 `call` and the path reads)."""
+
+
+def kernel_for(
+    kind: str,
+    operands: Sequence[TensorType],
+    results: Sequence[TensorType],
+    attrs: Mapping[str, object],
+    device: torch.device | None = None,
+) -> Kernel:
+    """The kernel of one op rebuilt from its description (the generated standalone source
+    calls this for its fallback kernels; no operand is known, so guards stay in)."""
+    op = Op(kind, tuple(Value(t) for t in operands), tuple(Value(t) for t in results), dict(attrs))
+    return make_kernel(op, Context.of([op], device or torch.device("cpu")))
 
 
 def make_kernel(op: Op, context: Context) -> Kernel:

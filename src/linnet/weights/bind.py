@@ -28,6 +28,7 @@ import numpy as np
 
 from linnet.errors import InternalError, LinnetError
 from linnet.ir.convert import convert
+from linnet.progress import track
 from linnet.records import field, record
 from linnet.spelling import edit_distance
 from linnet.weights.bindings import Bindings, load_bindings
@@ -419,7 +420,7 @@ def _load(
     arrays: dict[str, np.ndarray] = {}
     converted: dict[tuple[str, str], np.ndarray] = {}
     problems: list[str] = []
-    for path, name in bound.items():
+    for path, name in track(bound.items(), "reading weights", total=len(bound)):
         declared = specs[path].dtype
         array = checkpoint.load(name)
         if checkpoint.tensors[name].linnet_dtype != declared:

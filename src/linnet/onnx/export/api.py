@@ -9,25 +9,31 @@ Stage: the ONNX exporter's front door; it runs the pipeline in order
       -> lower the entry (pipeline.lower / lower_module_entry) -> optimize
       -> ONNX graph (assemble.export_ir)
 
-Every generic must be bound (language.md 18.3): an export has static shapes.
+Every generic must be bound (language.md 18.3): an export has static shapes,
+except the entry generics named in `dynamic` (`linnet.ir.dynamic`): those
+stay symbolic, as ONNX `dim_param`s with every shape computed in the graph.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from linnet.check.program import CheckedProgram
 from linnet.errors import LinnetError
 from linnet.ir.bind import EntrySignature, module_entry
+from linnet.ir.core import Function, TensorType
+from linnet.ir.dynamic import CANDIDATES, check_dynamic_names, lower_entry_dynamic
 from linnet.ir.grad import differentiate_entry
 from linnet.onnx.export.assemble import export_ir
 from linnet.onnx.export.result import ExportedModel
 from linnet.pipeline import check_program
 
 Source = CheckedProgram | str | os.PathLike[str]
+PLACEHOLDER = CANDIDATES[0]
+"""A value for a dynamic generic while the target is resolved (the sampling replaces it)."""
 
 
 def export_model(
@@ -44,8 +50,10 @@ def export_model(
     fused: bool = False,
     natives: bool = True,
     grad: bool = False,
+    dynamic: Sequence[str] = (),
+    optionals: bool = True,
 ) -> ExportedModel:
-    """One entry of a model as ONNX, with every generic bound.
+    """One entry of a model as ONNX, with every generic bound (but those in `dynamic`).
 
     `generics` binds the root block's generics and the entry's own (`B`, `S`);
     `weights` (a SafeTensors file or folder, an index, or arrays by name) is
@@ -56,9 +64,17 @@ def export_model(
     entry and the root block as `linnet onnx --entry/--root` do; an `entry`
     that is a module-level entry of the root module (and no block's) is
     exported as `export_function` does. See
-    `export_ir` for `provider`, `fused` and `natives`. `grad=True` exports the entry's
-    loss and its gradient with respect to every floating `param` (language-extensions 6:
-    outputs `loss`, `grad<N>`, then the new state), computed by `linnet.ir.grad`.
+    `export_ir` for `provider`, `fused` and `natives`. `dynamic` names entry
+    generics (`["B", "S"]`) left symbolic: one graph for every size, their
+    values read from the inputs, the `where` clauses on them checked at run
+    time (`linnet.onnx.runtime.exported`); no value is needed for them in
+    `generics`. The `ExportedModel`'s `inputs`, `outputs` and `function`
+    are then those of the first sizes sampled; the graph's `dim_param`s give
+    the sizes for every call. Without weights, `optionals` says whether
+    optional members count as present (`linnet onnx --optionals`). `grad=True`
+    exports the entry's loss and its gradient with respect to every floating `param`
+    (language-extensions 6: outputs `loss`, `grad<N>`, then the new state), computed by
+    `linnet.ir.grad`.
 
     >>> exported = export_model('''module doc
     ... pub block Scale<H: Dim> {
@@ -71,15 +87,22 @@ def export_model(
     [('x', 'input', None), ('param0', 'param', 'gain')]
     """
     from linnet.pipeline import bind_weights, lower, optimize
-    from linnet.target import Target, resolve
+    from linnet.target import Target, entry_info, resolve
 
     program = check_program(source, std_root)
     std = None if std_root is None else Path(std_root)
     module_level = root is None and entry is not None and _is_module_entry(program, entry)
+    if dynamic and not module_level:
+        picked = Target(root=root, entry=entry)
+        check_dynamic_names(entry_info(program, picked), dynamic)
+    given = {**generics, **{name: PLACEHOLDER for name in dynamic}}
     resolved = (
         None
         if module_level
-        else resolve(program, Target(root=root, entry=entry, generics=dict(generics), std=std))
+        else resolve(
+            program,
+            Target(root=root, entry=entry, generics=given, optionals_present=optionals, std=std),
+        )
     )
     if resolved is None or resolved.model is None:
         name = entry if resolved is None else resolved.entry.fn.name
@@ -94,19 +117,29 @@ def export_model(
             fused=fused,
             natives=natives,
             grad=grad,
+            dynamic=dynamic,
         )
     name = resolved.entry.fn.name
     bound = None
     if weights is not None:
         bound = bind_weights(resolved.model, weights, bindings=bindings, cast_dtype=cast_dtype)
     present = frozenset(bound.arrays) if bound is not None else resolved.present
-    fn = optimize(
-        lower(resolved.model, name, resolved.input_types, present, generics=resolved.entry_generics)
-    )
-    gradients = None
-    if grad:
-        fn, gradients = differentiate_entry(fn, resolved.model, present)
-        fn = optimize(fn)
+    model = resolved.model
+    dims = None
+    gradients: list[str] | None = None
+
+    def lower_at(types: Sequence[TensorType], values: Mapping[str, object]) -> Function:
+        nonlocal gradients
+        fn = optimize(lower(model, name, types, present, generics=values))
+        if grad:
+            fn, gradients = differentiate_entry(fn, model, present)
+            fn = optimize(fn)
+        return fn
+
+    if dynamic:
+        fn, dims = lower_entry_dynamic(resolved.entry, dynamic, resolved.entry_generics, lower_at)
+    else:
+        fn = lower_at(resolved.input_types, resolved.entry_generics)
     return export_ir(
         fn,
         weights=bound.arrays if bound is not None else None,
@@ -114,6 +147,7 @@ def export_model(
         fused=fused,
         natives=natives,
         gradients=gradients,
+        dynamic=dims,
     )
 
 
@@ -128,12 +162,14 @@ def export_function(
     fused: bool = False,
     natives: bool = True,
     grad: bool = False,
+    dynamic: Sequence[str] = (),
 ) -> ExportedModel:
     """A module-level entry (or function, 11.7) as a complete ONNX model: no params, no state.
 
-    `generics` binds every generic of the entry; `module` picks the module
-    (by key or dotted name, `std.nn.loss`), by default the root module. `grad=True`
-    exports the loss and its gradient with respect to every floating input, in order.
+    `generics` binds every generic of the entry but those in `dynamic` (see
+    `export_model`); `module` picks the module (by key or dotted name,
+    `std.nn.loss`), by default the root module. `grad=True` exports the loss and its
+    gradient with respect to every floating input, in order.
 
     >>> exported = export_function('''module doc
     ... pub entry spread<N: Dim>(x: Tensor[N; f32]) -> f32 {
@@ -152,13 +188,25 @@ def export_function(
         module = program.graph.roots[0]
     signature = module_entry(program, module, name)
     own = _own_generics(signature, generics)
-    input_types = entry_input_types(signature, own)
-    fn = optimize(lower_module_entry(program, module, name, input_types, generics=own))
-    gradients = None
-    if grad:
-        fn, gradients = differentiate_entry(fn)
-        fn = optimize(fn)
-    return export_ir(fn, provider=provider, fused=fused, natives=natives, gradients=gradients)
+    dims = None
+    target = module
+    gradients: list[str] | None = None
+
+    def lower_at(types: Sequence[TensorType], values: Mapping[str, object]) -> Function:
+        nonlocal gradients
+        fn = optimize(lower_module_entry(program, target, name, types, generics=values))
+        if grad:
+            fn, gradients = differentiate_entry(fn)
+            fn = optimize(fn)
+        return fn
+
+    if dynamic:
+        fn, dims = lower_entry_dynamic(signature, dynamic, own, lower_at)
+    else:
+        fn = lower_at(entry_input_types(signature, own), own)
+    return export_ir(
+        fn, provider=provider, fused=fused, natives=natives, gradients=gradients, dynamic=dims
+    )
 
 
 def _is_module_entry(program: CheckedProgram, name: str) -> bool:

@@ -16,7 +16,13 @@ lowered, optimised `Function` (`linnet.pipeline`: check -> bind -> weights
   same member;
 - `metadata_props`: `linnet.entry` (the entry's name), `linnet.provider`,
   and `linnet.path.param<N>`, `linnet.state.state<N>`,
-  `linnet.next_state.next_state<N>` mapping each of those names to its path.
+  `linnet.next_state.next_state<N>` mapping each of those names to its path;
+- with dynamic generics (`linnet.ir.dynamic`): every input and output axis
+  whose size varies is a `dim_param` written as its polynomial (`B`, `S`,
+  `B*S`), shapes are computed in the graph from the input axes that carry the
+  generics, `linnet.dynamic` lists the generics (`B,S`) and each entry `where`
+  clause involving them is `linnet.where.<N>` (JSON: text, lhs, rel, rhs), for
+  the runtime wrappers to check (`linnet.onnx.runtime.exported`).
 
 Ops are lowered by the table `RULES` (one rule per IR op kind, in the
 `export_*` modules); `while` becomes `Loop` and `if` becomes `If`.
@@ -24,6 +30,7 @@ Ops are lowered by the table `RULES` (one rule per IR op kind, in the
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -35,6 +42,7 @@ from onnx import helper
 from linnet import __version__
 from linnet.errors import LinnetError
 from linnet.ir.core import Function, Op, Region, TensorType, numpy_dtype
+from linnet.ir.dynamic import DynamicShapes
 from linnet.ir.ops import OP_KINDS
 from linnet.onnx.export.control import RULES as CONTROL_RULES
 from linnet.onnx.export.elementwise import RULES as ELEMENTWISE_RULES
@@ -44,6 +52,7 @@ from linnet.onnx.export.payload import INLINE_LIMIT
 from linnet.onnx.export.reduce import RULES as REDUCE_RULES
 from linnet.onnx.export.result import ExportedModel, GraphIO, Role
 from linnet.onnx.export.shapes import RULES as SHAPE_RULES
+from linnet.progress import track
 
 OPSET = 20
 IR_VERSION = 10  # the IR version of opset 20 (ONNX 1.15), read by every current runtime
@@ -96,6 +105,7 @@ def export_ir(
     fused: bool = False,
     natives: bool = True,
     gradients: Sequence[str] | None = None,
+    dynamic: DynamicShapes | None = None,
 ) -> ExportedModel:
     """The ONNX model of a lowered function (see the module docstring).
 
@@ -108,6 +118,7 @@ def export_ir(
     `gradients` marks `fn` as a differentiated entry (`linnet.ir.grad`): its first result
     is the output `loss`, the others `grad<N>` of the named paths or inputs, recorded
     as `linnet.gradient.grad<N>` in the metadata (language-extensions 6.2).
+    `dynamic` (from `linnet.ir.dynamic.lower_dynamic`) leaves its generics symbolic.
     """
     check_extents(fn, _walk(fn.body))
     params, state = _sources(fn)
@@ -125,10 +136,19 @@ def export_ir(
     sources = {("param", io.path or ""): io.name for io in param_io}
     sources.update({("state", io.path or ""): io.name for io in state_io})
 
-    em = Emitter(RULES, provider=provider, fused=fused, natives=natives, sources=sources)
+    em = Emitter(
+        RULES, provider=provider, fused=fused, natives=natives, sources=sources, dynamic=dynamic
+    )
+    symbolic: dict[str, tuple[object, ...]] = {}
     for io, (_, value) in zip(inputs, fn.inputs, strict=True):
         em.bind(value, io.name)
-    em.emit_ops(fn.body.ops)
+        if dynamic is not None:
+            symbolic[io.name] = dynamic.shape(value)
+    if dynamic is not None:
+        em.dim_inputs = {
+            name: (inputs[index].name, axis) for name, (index, axis) in dynamic.sources.items()
+        }
+    em.emit_ops(track(fn.body.ops, f"exporting `{fn.name}`"))
 
     outputs: list[GraphIO] = []
     for i, value in enumerate(fn.results):
@@ -136,16 +156,19 @@ def export_ir(
         if gradients is not None:
             name, path = ("loss", None) if i == 0 else (f"grad{i - 1}", gradients[i - 1])
         outputs.append(_output(em, name, "output", value.type, em.name(value), path))
+        if dynamic is not None:
+            symbolic[outputs[-1].name] = dynamic.shape(value)
     for path, value in updates:
         name = f"next_state{state_index[path]}"
         outputs.append(_output(em, name, "next_state", value.type, em.name(value), path))
 
+    def info(io: GraphIO) -> onnx.ValueInfoProto:
+        dims = symbolic.get(io.name)
+        return value_info(io.name, io.type, dims)  # type: ignore[arg-type]
+
     graph_inputs = [*inputs, *state_io] if weights is not None else [*inputs, *param_io, *state_io]
     graph = helper.make_graph(
-        em.scope.nodes,
-        "main",
-        [value_info(io.name, io.type) for io in graph_inputs],
-        [value_info(io.name, io.type) for io in outputs],
+        em.scope.nodes, "main", [info(io) for io in graph_inputs], [info(io) for io in outputs]
     )
     opsets = [helper.make_opsetid("", OPSET)]
     opsets += [helper.make_opsetid(d, v) for d, v in sorted(em.domains.items())]
@@ -154,7 +177,10 @@ def export_ir(
     )
     model.ir_version = IR_VERSION
     payload = _add_initializers(model.graph, param_io, weights) if weights is not None else {}
-    helper.set_model_props(model, _metadata(fn.name, provider, param_io, state_io, outputs))
+    props = _metadata(fn.name, provider, param_io, state_io, outputs)
+    if dynamic is not None:
+        props.update(_dynamic_metadata(dynamic))
+    helper.set_model_props(model, props)
     return ExportedModel(
         model,
         (*inputs, *param_io, *state_io),
@@ -225,4 +251,12 @@ def _metadata(
             if io.role == "output" and io.path is not None
         }
     )
+    return props
+
+
+def _dynamic_metadata(dynamic: DynamicShapes) -> dict[str, str]:
+    props = {"linnet.dynamic": ",".join(dynamic.names)}
+    for i, clause in enumerate(dynamic.runtime_where):
+        data = {"text": clause.text, "lhs": clause.lhs, "rel": clause.rel, "rhs": clause.rhs}
+        props[f"linnet.where.{i}"] = json.dumps(data)
     return props

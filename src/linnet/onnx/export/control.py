@@ -56,7 +56,7 @@ def lower_call(em: Emitter, op: Op) -> Sequence[str]:
 def lower_while(em: Emitter, op: Op) -> Sequence[str]:
     cond, body = op.regions
     init = [em.name(v) for v in op.operands]
-    carried = [v.type for v in op.operands]
+    carried = list(op.operands)
     (first_test,) = em.inline(cond, init)
     with em.subgraph() as scope:
         iteration, incoming = em.fresh("i"), em.fresh("c")
@@ -74,7 +74,7 @@ def lower_while(em: Emitter, op: Op) -> Sequence[str]:
 
 def lower_if(em: Emitter, op: Op) -> Sequence[str]:
     branches = []
-    types = [v.type for v in op.results]
+    types = list(op.results)
     for role, region in zip(("then", "else"), op.regions, strict=True):
         with em.subgraph() as scope:
             results = em.inline(region, [])

@@ -65,7 +65,7 @@ def fuse_softmax(em: Emitter, op: Op) -> Sequence[str] | None:
     """Softmax over the last axis in f32 (the spec's precision), cast back to `T`."""
     (x,) = op.operands
     dtype = x.type.dtype
-    if x.type.rank == 0 or x.type.shape[-1] == 0:
+    if x.type.rank == 0 or em.shape_of(x)[-1] == 0:
         return None
     wide = em.cast(em.name(x), dtype, "f32")
     return [em.cast(em.one("Softmax", [wide], {"axis": -1}), "f32", dtype)]

@@ -13,7 +13,8 @@ compile-time constant with equal halves, or when it is built by elementwise
 `cos`/`sin`/`cast` ops from `concat(a, a)` on the last axis (how every model
 builds its tables, stdlib.md section 7). The caches are then the first halves
 of the model's own tables (same numerics), and `position_ids` is the constant
-`[B, S]` row `0..S-1`, so row `s` of the cache rotates position `s`.
+`[B, S]` row `0..S-1`, so row `s` of the cache rotates position `s` (computed
+by `Range` and `Expand` when `B` or `S` is dynamic).
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ def fuse_rope(em: Emitter, op: Op) -> Sequence[str] | None:
     dtype = x.type.dtype
     if dtype not in _ROPE_DTYPES or x.type.rank != 4:
         return None
-    batch, _, length, width = x.type.shape
-    if width % 2 or width == 0 or length == 0 or batch == 0:
+    batch, _, length, width = em.shape_of(x)
+    if not isinstance(width, int) or width % 2 or width == 0 or length == 0 or batch == 0:
         return None
     if not (has_equal_halves(em, cos_table) and has_equal_halves(em, sin_table)):
         return None
@@ -67,8 +68,12 @@ def fuse_rope(em: Emitter, op: Op) -> Sequence[str] | None:
     starts, ends, axes = em.ints([0]), em.ints([half]), em.ints([-1])
     cos_cache = em.one("Slice", [em.name(cos_table), starts, ends, axes])
     sin_cache = em.one("Slice", [em.name(sin_table), starts, ends, axes])
-    rows = np.broadcast_to(np.arange(length, dtype=np.int64), (batch, length))
-    positions = em.const(rows, "i64")
+    if isinstance(batch, int) and isinstance(length, int):
+        rows = np.broadcast_to(np.arange(length, dtype=np.int64), (batch, length))
+        positions = em.const(rows, "i64")
+    else:  # dynamic sizes: the same rows, computed
+        line = em.one("Range", [em.const(0, "i64"), em.dim_scalar(length), em.const(1, "i64")])
+        positions = em.one("Expand", [line, em.dims([batch, length])])
     inputs = [em.name(x), positions, cos_cache, sin_cache]
     attrs = {"interleaved": 0}
     return [em.one("RotaryEmbedding", inputs, attrs, domain="com.microsoft")]

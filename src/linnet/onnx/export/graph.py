@@ -12,12 +12,19 @@ body may read any value of an enclosing graph by its name, as ONNX allows.
 Constants are deduplicated per graph scope (a constant made inside a body is
 not visible to its parent or siblings, so each scope keeps its own cache and
 looks outward first).
+
+Dynamic generics (`linnet.ir.dynamic`): with `dynamic` set, a size may be a
+polynomial in the dynamic generics (`B * S`), so rules read shapes and size
+attributes through `shape_of` and `attr` and build shape tensors with
+`dims` instead of `ints`. Each generic is read once from the input axis that
+carries it (`Shape` with `start`/`end`), each polynomial is computed once
+(`Mul`/`Add`/`Div` on i64), in the main graph so every body can read it.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,6 +34,8 @@ from onnx import helper
 
 from linnet.errors import InternalError
 from linnet.ir.core import Op, Region, TensorType, Value, numpy_dtype
+from linnet.ir.dynamic import DynamicShapes
+from linnet.ir.symbolic import Dim, Poly
 from linnet.onnx.export.dtypes import ONNX_TYPES, check_provider_name
 
 Rule = Callable[["Emitter", Op], Sequence[str]]
@@ -38,9 +47,17 @@ def onnx_type(dtype: str) -> int:
     return ONNX_TYPES[dtype]
 
 
-def value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:
-    """A graph input/output declaration with the static shape of `t`."""
-    return helper.make_tensor_value_info(name, onnx_type(t.dtype), list(t.shape))
+def value_info(
+    name: str, t: TensorType, dims: Sequence[Dim] | None = None, *, named: bool = True
+) -> onnx.ValueInfoProto:
+    """A graph input/output declaration with the static shape of `t`, or with `dims`:
+    a symbolic size is a `dim_param` (its text, `B * S`) when `named`, else left unknown."""
+    if dims is None:
+        return helper.make_tensor_value_info(name, onnx_type(t.dtype), list(t.shape))
+    shape: list[int | str | None] = [
+        d if isinstance(d, int) else (str(d) if named else None) for d in dims
+    ]
+    return helper.make_tensor_value_info(name, onnx_type(t.dtype), shape)
 
 
 def contiguous(value: object, dtype: str) -> np.ndarray[Any, Any]:
@@ -131,8 +148,13 @@ class Emitter:
         fused: bool = False,
         natives: bool = True,
         sources: Mapping[tuple[str, str], str] | None = None,
+        dynamic: DynamicShapes | None = None,
     ) -> None:
         self.rules = rules
+        self.dynamic = dynamic
+        # Per dynamic generic: the (graph input name, axis) it is read from.
+        self.dim_inputs: dict[str, tuple[str, int]] = {}
+        self._dim_names: dict[object, str] = {}
         self.provider = check_provider_name(provider)
         self.fused = fused
         self.natives = natives
@@ -208,6 +230,107 @@ class Emitter:
         """A 1-D i64 constant (shapes, axes, starts of `Slice`...)."""
         return self.const(np.asarray(list(values), dtype=np.int64).reshape(len(values)), "i64")
 
+    # -- sizes (dynamic generics) --------------------------------------------------------------
+
+    def shape_of(self, value: Value) -> tuple[Dim, ...]:
+        """The shape of `value`; with dynamic generics, sizes may be polynomials."""
+        if self.dynamic is None:
+            return value.type.shape
+        return self.dynamic.shape(value)
+
+    def attr(self, op: Op, key: str) -> object:
+        """An attribute of `op`, in symbolic form where it varies with a dynamic generic."""
+        if self.dynamic is None:
+            return op.attrs[key]
+        return self.dynamic.attr(op, key)
+
+    def dims(self, values: Sequence[Dim]) -> str:
+        """A 1-D i64 tensor of sizes (a constant when none is symbolic)."""
+        if not any(isinstance(d, Poly) for d in values):
+            return self.ints([d for d in values if isinstance(d, int)])
+        parts: list[str] = []
+        run: list[int] = []
+        for d in values:
+            if isinstance(d, Poly):
+                if run:
+                    parts.append(self.ints(run))
+                    run = []
+                parts.append(self.dim(d))
+            else:
+                run.append(int(d))
+        if run:
+            parts.append(self.ints(run))
+        return parts[0] if len(parts) == 1 else self.one("Concat", parts, {"axis": 0})
+
+    def dim(self, d: Dim) -> str:
+        """One size as a 1-D i64 tensor of one element, computed once in the main graph."""
+        if isinstance(d, int):
+            return self.ints([d])
+        found = self._dim_names.get(d)
+        if found is not None:
+            return found
+        inner = self.scope
+        root = inner
+        while root.parent is not None:
+            root = root.parent
+        self.scope = root
+        try:
+            name = self._compute(d)
+        finally:
+            self.scope = inner
+        self._dim_names[d] = name
+        return name
+
+    def dim_scalar(self, d: Dim) -> str:
+        """One size as a rank-0 i64 tensor."""
+        if isinstance(d, int):
+            return self.const(d, "i64")
+        key = ("scalar", d)
+        found = self._dim_names.get(key)
+        if found is None:
+            vector = self.dim(d)
+            inner = self.scope
+            root = inner
+            while root.parent is not None:
+                root = root.parent
+            self.scope = root
+            try:
+                found = self.one("Reshape", [vector, self.ints([])])
+            finally:
+                self.scope = inner
+            self._dim_names[key] = found
+        return found
+
+    def _compute(self, d: Poly) -> str:
+        """The polynomial on i64 `[1]` tensors: a sum of products, then the denominator."""
+        denominator = d.denominator
+        total: str | None = None
+        for exps, coef in d.terms:
+            factors: list[str] = []
+            for name, power in zip(d.names, exps, strict=True):
+                factors += [self._generic(name)] * power
+            scaled = int(coef * denominator)
+            term = factors[0] if factors else self.ints([scaled])
+            for f in factors[1:]:
+                term = self.one("Mul", [term, f])
+            if factors and scaled != 1:
+                term = self.one("Mul", [term, self.ints([scaled])])
+            total = term if total is None else self.one("Add", [total, term])
+        assert total is not None
+        if denominator != 1:
+            total = self.one("Div", [total, self.ints([denominator])])
+        return total
+
+    def _generic(self, name: str) -> str:
+        found = self._dim_names.get(name)
+        if found is None:
+            if name not in self.dim_inputs:
+                raise InternalError(f"dynamic generic `{name}` has no input to read it from")
+            source, axis = self.dim_inputs[name]
+            found = self.one("Shape", [source], {"start": axis, "end": axis + 1})
+            self._dim_names[name] = found
+        return found
+
     def cast(self, name: str, source: str, target: str) -> str:
         """A plain ONNX `Cast` (none when the dtypes agree); see `elementwise` for IR casts."""
         if source == target:
@@ -216,7 +339,7 @@ class Emitter:
 
     # -- regions ----------------------------------------------------------------------------
 
-    def emit_ops(self, ops: Sequence[Op]) -> None:
+    def emit_ops(self, ops: Iterable[Op]) -> None:
         """Lower each op in order, binding its results."""
         for op in ops:
             rule = self.rules.get(op.kind)
@@ -228,7 +351,10 @@ class Emitter:
             for value, name in zip(op.results, names, strict=True):
                 self.bind(value, name)
                 self.producers[value] = op
-            if op.kind == "const":
+            varies = self.dynamic is not None and (
+                op in self.dynamic.fills or op in self.dynamic.values
+            )
+            if op.kind == "const" and not varies:
                 array = op.attrs["value"]
                 assert isinstance(array, np.ndarray)
                 self.known[op.results[0]] = array
@@ -254,18 +380,24 @@ class Emitter:
         self,
         scope: Scope,
         name: str,
-        inputs: Sequence[tuple[str, TensorType]],
-        outputs: Sequence[tuple[str, TensorType]],
+        inputs: Sequence[tuple[str, TensorType | Value]],
+        outputs: Sequence[tuple[str, TensorType | Value]],
     ) -> onnx.GraphProto:
         """A `GraphProto` of a finished nested scope, outputs renamed through `Identity`.
 
         Every output gets its own node inside the body: an output must not be
-        an input, an outer value or another output of the same body.
+        an input, an outer value or another output of the same body. An IR
+        value stands for its type, symbolic sizes left unknown.
         """
         out_infos = []
         for source, t in outputs:
             renamed = self.fresh()
             scope.nodes.append(helper.make_node("Identity", [source], [renamed]))
-            out_infos.append(value_info(renamed, t))
-        in_infos = [value_info(n, t) for n, t in inputs]
+            out_infos.append(self._body_info(renamed, t))
+        in_infos = [self._body_info(n, t) for n, t in inputs]
         return helper.make_graph(scope.nodes, name, in_infos, out_infos)
+
+    def _body_info(self, name: str, t: TensorType | Value) -> onnx.ValueInfoProto:
+        if isinstance(t, TensorType):
+            return value_info(name, t)
+        return value_info(name, t.type, self.shape_of(t), named=False)

@@ -39,6 +39,7 @@ import onnx
 
 from linnet.atomic import atomic_write, remove_unreferenced, versioned_write
 from linnet.errors import LinnetError
+from linnet.progress import Progress
 
 INLINE_LIMIT = 1024
 """Weights smaller than this many bytes are embedded at once (as onnx's `size_threshold`)."""
@@ -150,7 +151,11 @@ def write_shared(
     placed: list[tuple[onnx.TensorProto, int, int]] = []
     moved: list[tuple[onnx.TensorProto, bytes]] = []
     try:
-        with versioned_write(data_path, durable=False) as data:
+        total = sum(payload_bytes(payload) for _, payload, _ in models)
+        with (
+            versioned_write(data_path, durable=False) as data,
+            Progress(f"writing {data_path.name}", total, "B") as bar,
+        ):
             offset = 0
             seen: set[int] = set()  # one exported entry saved under two names
             for model, payload, _ in models:
@@ -178,6 +183,7 @@ def write_shared(
                         if start > offset:
                             data.write(bytes(start - offset))
                         data.write(buffer)
+                        bar.update(size)
                         offset = start + size
                         written[key] = start
                     placed.append((tensor, start, size))

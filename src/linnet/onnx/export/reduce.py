@@ -24,16 +24,22 @@ are skipped. Without batch axes and with a float dtype the product is
 come last (`transB=1`): a `[Out, In]` weight bound at run time is then never
 copied into a transposed layout on each call. Contractions over an empty
 axis are all zeros, emitted as a constant.
+
+With dynamic generics the sizes are read through `Emitter.shape_of` (a
+polynomial axis is taken to be non-empty) and the reshapes compute their
+shapes; an integer product over a dynamic axis is refused (its halving tree
+is unrolled at export time).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from linnet.errors import LinnetError
 from linnet.ir.core import FLOAT_DTYPES, Op, numpy_dtype
+from linnet.ir.symbolic import Dim, Poly
 from linnet.onnx.export.dtypes import accumulate_dtype, extremum_dtype
 from linnet.onnx.export.graph import Emitter, Rule
 from linnet.onnx.export.shapes import reshape, transpose
@@ -60,10 +66,17 @@ def identity_value(kind: str, dtype: str) -> object:
     return info.min if kind == "max" else info.max
 
 
-def filled(em: Emitter, value: object, dtype: str, shape: Sequence[int]) -> str:
+def filled(em: Emitter, value: object, dtype: str, shape: Sequence[Dim]) -> str:
     """A constant of `shape` filled with `value` (a scalar broadcast by `Expand`)."""
     scalar = em.const(value, dtype)
-    return scalar if not shape else em.one("Expand", [scalar, em.ints(shape)])
+    return scalar if not shape else em.one("Expand", [scalar, em.dims(shape)])
+
+
+def _prod(dims: Iterable[Dim]) -> Dim:
+    total: Dim = 1
+    for d in dims:
+        total = total * d
+    return total
 
 
 def lower_reduce(em: Emitter, op: Op) -> Sequence[str]:
@@ -71,12 +84,13 @@ def lower_reduce(em: Emitter, op: Op) -> Sequence[str]:
     axes = op.attrs["axes"]
     assert isinstance(axes, tuple)
     source = op.operands[0].type
-    result = op.results[0].type
+    source_shape = em.shape_of(op.operands[0])
+    result_shape = em.shape_of(op.results[0])
     x = em.name(op.operands[0])
     if not axes:
         return [x]
-    if math.prod(source.shape[a] for a in axes) == 0:
-        return [filled(em, identity_value(kind, source.dtype), source.dtype, result.shape)]
+    if _prod(source_shape[a] for a in axes) == 0:
+        return [filled(em, identity_value(kind, source.dtype), source.dtype, result_shape)]
     dtype = source.dtype
     if kind in ("sum", "prod"):
         work = accumulate_dtype(dtype, em.provider)
@@ -84,9 +98,9 @@ def lower_reduce(em: Emitter, op: Op) -> Sequence[str]:
         if work in FLOAT_DTYPES:
             reduced = _reduce_node(em, _REDUCE_OPS[kind], wide, axes)
         else:
-            matrix = _rows(em, wide, source.shape, axes)
+            matrix = _rows(em, wide, source_shape, axes)
             fold = _integer_sum if kind == "sum" else _integer_product
-            reduced = reshape(em, fold(em, matrix, work), [matrix.rows, 1], result.shape)
+            reduced = reshape(em, fold(em, matrix, work), [matrix.rows, 1], result_shape)
         return [em.cast(reduced, work, dtype)]
     if kind in ("max", "min") and dtype == "u64":
         return [_unsigned_extremum(em, kind, x, axes)]
@@ -102,15 +116,15 @@ def _reduce_node(em: Emitter, op_type: str, x: str, axes: Sequence[int]) -> str:
 class _Rows:
     """A tensor laid out as `[rows, count]`: the kept axes flattened, then the reduced ones."""
 
-    def __init__(self, name: str, rows: int, count: int) -> None:
+    def __init__(self, name: str, rows: Dim, count: Dim) -> None:
         self.name, self.rows, self.count = name, rows, count
 
 
-def _rows(em: Emitter, x: str, shape: Sequence[int], axes: Sequence[int]) -> _Rows:
+def _rows(em: Emitter, x: str, shape: Sequence[Dim], axes: Sequence[int]) -> _Rows:
     kept = [a for a in range(len(shape)) if a not in axes]
     order = [*kept, *sorted(axes)]
-    rows = math.prod(shape[a] for a in kept)
-    count = math.prod(shape[a] for a in axes)
+    rows = _prod(shape[a] for a in kept)
+    count = _prod(shape[a] for a in axes)
     moved = transpose(em, x, order)
     return _Rows(reshape(em, moved, [shape[a] for a in order], [rows, count]), rows, count)
 
@@ -118,12 +132,20 @@ def _rows(em: Emitter, x: str, shape: Sequence[int], axes: Sequence[int]) -> _Ro
 def _integer_sum(em: Emitter, x: _Rows, work: str) -> str:
     """Wrapping integer sum as a product with ones: ONNX Runtime's integer `ReduceSum`
     saturates (and has no unsigned kernels), its integer `MatMul` wraps like the IR."""
-    ones = em.const(np.ones((x.count, 1), numpy_dtype(work)), work)
+    if isinstance(x.count, Poly):
+        ones = filled(em, 1, work, [x.count, 1])
+    else:
+        ones = em.const(np.ones((x.count, 1), numpy_dtype(work)), work)
     return em.one("MatMul", [x.name, ones])
 
 
 def _integer_product(em: Emitter, x: _Rows, work: str) -> str:
     """Wrapping integer product by halving the row (`ReduceProd` saturates on integers)."""
+    if isinstance(x.count, Poly):
+        raise LinnetError(
+            f"an integer product over an axis of dynamic size `{x.count}` cannot be exported; "
+            "bind that generic"
+        )
     name, count = x.name, x.count
     while count > 1:
         if count % 2:
@@ -156,27 +178,28 @@ def lower_contract(em: Emitter, op: Op) -> Sequence[str]:
         _tuple(op, k) for k in ("lhs_batch", "rhs_batch", "lhs_contract", "rhs_contract")
     )
     dtype = lhs.type.dtype
-    result = op.results[0].type
+    lshape, rshape = em.shape_of(lhs), em.shape_of(rhs)
+    result = em.shape_of(op.results[0])
     lf = [a for a in range(lhs.type.rank) if a not in lb + lc]
     rf = [a for a in range(rhs.type.rank) if a not in rb + rc]
-    k = math.prod(lhs.type.shape[a] for a in lc)
-    if k == 0 or result.size == 0:
-        return [filled(em, 0, dtype, result.shape)]
+    k = _prod(lshape[a] for a in lc)
+    if k == 0 or _prod(result) == 0:
+        return [filled(em, 0, dtype, result)]
     work = accumulate_dtype(dtype, em.provider)
     a = em.cast(em.name(lhs), dtype, work)
     b = em.cast(em.name(rhs), dtype, work)
-    batch = [lhs.type.shape[i] for i in lb]
-    m = math.prod(lhs.type.shape[i] for i in lf)
-    n = math.prod(rhs.type.shape[i] for i in rf)
+    batch = [lshape[i] for i in lb]
+    m = _prod(lshape[i] for i in lf)
+    n = _prod(rshape[i] for i in rf)
     if not lb and work in FLOAT_DTYPES:
         product = _gemm(em, op, a, b, (lf, lc, rf, rc), (m, k, n))
     else:
         a = transpose(em, a, [*lb, *lf, *lc])
-        a = reshape(em, a, [*batch, *(lhs.type.shape[i] for i in (*lf, *lc))], [*batch, m, k])
+        a = reshape(em, a, [*batch, *(lshape[i] for i in (*lf, *lc))], [*batch, m, k])
         b = transpose(em, b, [*rb, *rc, *rf])
-        b = reshape(em, b, [*batch, *(rhs.type.shape[i] for i in (*rc, *rf))], [*batch, k, n])
+        b = reshape(em, b, [*batch, *(rshape[i] for i in (*rc, *rf))], [*batch, k, n])
         product = em.one("MatMul", [a, b])
-    shaped = reshape(em, product, [*batch, m, n], result.shape)
+    shaped = reshape(em, product, [*batch, m, n], result)
     return [em.cast(shaped, work, dtype)]
 
 
@@ -186,10 +209,10 @@ def _gemm(
     a: str,
     b: str,
     axes: tuple[list[int], tuple[int, ...], list[int], tuple[int, ...]],
-    sizes: tuple[int, int, int],
+    sizes: tuple[Dim, Dim, Dim],
 ) -> str:
     """`[M, K] x [K, N]` as `Gemm`, reading either operand transposed where it is stored so."""
-    lhs, rhs = (v.type.shape for v in op.operands)
+    lhs, rhs = (em.shape_of(v) for v in op.operands)
     lf, lc, rf, rc = axes
     m, k, n = sizes
     trans_a = bool(lf) and list(lc) + lf == list(range(len(lhs)))

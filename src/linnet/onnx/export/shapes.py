@@ -15,6 +15,13 @@ permutation, a full slice) emits no node at all.
   backend-defined (language.md 9.2): ONNX Runtime rejects them with an error.
 - `iota` is `Range` in i32, i64, f32 or f64, and `Range` in i64 plus the IR
   cast for any other dtype.
+
+With dynamic generics (`graph.Emitter.dims`) a size may be a polynomial:
+shapes become computed tensors, a `const` whose shape varies (one value
+repeated) becomes `Expand` of that value, one whose integral elements vary
+is computed in i64 and cast, and a node is skipped only when the
+sizes are equal as polynomials. A slice stop that may exceed a symbolic axis
+is passed as is: ONNX `Slice` clamps it, as the IR does.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from linnet.ir.core import Op
+from linnet.ir.symbolic import Dim, Poly
 from linnet.onnx.export.elementwise import ir_cast
 from linnet.onnx.export.graph import Emitter, Rule
 
@@ -31,44 +39,57 @@ _RANGE_DTYPES = frozenset({"i32", "i64", "f32", "f64"})
 _INDEX_DTYPES = frozenset({"i32", "i64"})
 
 
-def _tuple(op: Op, key: str) -> tuple[int, ...]:
-    value = op.attrs[key]
+def _tuple(em: Emitter, op: Op, key: str) -> tuple[Dim, ...]:
+    value = em.attr(op, key)
     assert isinstance(value, tuple)
     return value
 
 
 def lower_const(em: Emitter, op: Op) -> Sequence[str]:
+    t = op.results[0].type
+    if em.dynamic is not None and op in em.dynamic.fills:
+        scalar = em.const(em.dynamic.fills[op], t.dtype)
+        return [em.one("Expand", [scalar, em.dims(em.shape_of(op.results[0]))])]
+    if em.dynamic is not None and op in em.dynamic.values:
+        flat = em.dims(em.dynamic.values[op])
+        shaped = em.one("Reshape", [flat, em.ints(t.shape)])
+        return [ir_cast(em, shaped, "i64", t.dtype)]
     value = op.attrs["value"]
     assert isinstance(value, np.ndarray)
-    return [em.const(value, op.results[0].type.dtype)]
+    return [em.const(value, t.dtype)]
 
 
 def lower_iota(em: Emitter, op: Op) -> Sequence[str]:
     t = op.results[0].type
     work = t.dtype if t.dtype in _RANGE_DTYPES else "i64"
-    scalars = (em.const(v, work) for v in (0, t.shape[0], 1))
-    return [ir_cast(em, em.one("Range", list(scalars)), work, t.dtype)]
+    (length,) = em.shape_of(op.results[0])
+    stop = em.const(length, work) if isinstance(length, int) else _size(em, length, work)
+    scalars = [em.const(0, work), stop, em.const(1, work)]
+    return [ir_cast(em, em.one("Range", scalars), work, t.dtype)]
+
+
+def _size(em: Emitter, d: Poly, dtype: str) -> str:
+    return em.cast(em.dim_scalar(d), "i64", dtype)
 
 
 def lower_broadcast(em: Emitter, op: Op) -> Sequence[str]:
     x = em.name(op.operands[0])
-    shape = op.results[0].type.shape
-    if op.operands[0].type.shape == shape:
+    shape = em.shape_of(op.results[0])
+    if em.shape_of(op.operands[0]) == shape:
         return [x]
-    return [em.one("Expand", [x, em.ints(shape)])]
+    return [em.one("Expand", [x, em.dims(shape)])]
 
 
 def lower_reshape(em: Emitter, op: Op) -> Sequence[str]:
-    return [
-        reshape(em, em.name(op.operands[0]), op.operands[0].type.shape, op.results[0].type.shape)
-    ]
+    source, result = op.operands[0], op.results[0]
+    return [reshape(em, em.name(source), em.shape_of(source), em.shape_of(result))]
 
 
-def reshape(em: Emitter, x: str, source: Sequence[int], shape: Sequence[int]) -> str:
-    """`Reshape` to a static shape (no node when it is already that shape)."""
+def reshape(em: Emitter, x: str, source: Sequence[Dim], shape: Sequence[Dim]) -> str:
+    """`Reshape` to a shape (no node when it is already that shape)."""
     if tuple(source) == tuple(shape):
         return x
-    return em.one("Reshape", [x, em.ints(shape)], {"allowzero": 1})
+    return em.one("Reshape", [x, em.dims(shape)], {"allowzero": 1})
 
 
 def transpose(em: Emitter, x: str, perm: Sequence[int]) -> str:
@@ -79,28 +100,37 @@ def transpose(em: Emitter, x: str, perm: Sequence[int]) -> str:
 
 
 def lower_permute(em: Emitter, op: Op) -> Sequence[str]:
-    return [transpose(em, em.name(op.operands[0]), _tuple(op, "perm"))]
+    perm = op.attrs["perm"]
+    assert isinstance(perm, tuple)
+    return [transpose(em, em.name(op.operands[0]), perm)]
+
+
+def _clamped(stop: Dim, dim: Dim) -> Dim:
+    """`min(stop, dim)` where it is known; else `stop` (ONNX `Slice` clamps)."""
+    if isinstance(stop, int) and isinstance(dim, int):
+        return min(stop, dim)
+    return dim if stop == dim else stop
 
 
 def lower_slice(em: Emitter, op: Op) -> Sequence[str]:
     x = em.name(op.operands[0])
-    shape = op.operands[0].type.shape
-    start, stop, step = (_tuple(op, k) for k in ("start", "stop", "step"))
+    shape = em.shape_of(op.operands[0])
+    start, stop, step = (_tuple(em, op, k) for k in ("start", "stop", "step"))
     axes = [
         axis
         for axis, dim in enumerate(shape)
-        if (start[axis], min(stop[axis], dim), step[axis]) != (0, dim, 1)
+        if (start[axis], _clamped(stop[axis], dim), step[axis]) != (0, dim, 1)
     ]
     if not axes:
         return [x]
     inputs = [
         x,
-        em.ints([start[a] for a in axes]),
-        em.ints([min(stop[a], shape[a]) for a in axes]),
+        em.dims([start[a] for a in axes]),
+        em.dims([_clamped(stop[a], shape[a]) for a in axes]),
         em.ints(axes),
     ]
     if any(step[a] != 1 for a in axes):
-        inputs.append(em.ints([step[a] for a in axes]))
+        inputs.append(em.dims([step[a] for a in axes]))
     return [em.one("Slice", inputs)]
 
 
@@ -143,12 +173,12 @@ def lower_take(em: Emitter, op: Op) -> Sequence[str]:
     x, *indices = op.operands
     if not indices:
         return [em.name(x)]
-    shape = op.results[0].type.shape
+    shape = em.shape_of(op.results[0])
     columns = []
     for value in indices:
         index = ir_cast(em, em.name(value), value.type.dtype, "i64")
-        if value.type.shape != shape:
-            index = em.one("Expand", [index, em.ints(shape)])
+        if em.shape_of(value) != shape:
+            index = em.one("Expand", [index, em.dims(shape)])
         columns.append(em.one("Unsqueeze", [index, em.ints([len(shape)])]))
     stacked = columns[0] if len(columns) == 1 else em.one("Concat", columns, {"axis": -1})
     return [em.one("GatherND", [em.name(x), stacked])]

@@ -11,6 +11,15 @@ It runs the stages in order:
       -> per call with new input types: lower the entry, optimise it, export it WITHOUT
          weights (linnet.onnx.export.api: params stay graph inputs), one InferenceSession
 
+One session per entry instead (`dynamic`): on an entry's first call, its own
+`Dim` generics that size an input axis (`B`, `S`) are tried as dynamic
+generics (`linnet.ir.dynamic`); when the graph is the same at every size the
+entry gets one session for all sizes, its `where` clauses checked per call
+by binding the entry (a LinnetError naming the clause) and its result shapes
+evaluated from the bound sizes. Entries that write a cache in place, calls
+with explicit `generics`, `argmax` or `cuda_graph`, and entries whose graph
+depends on a size keep one session per input shape.
+
 Why weights stay out of the graphs: a model past protobuf's 2 GB limit cannot
 be serialised whole (field-notes.md), every entry and shape would otherwise
 carry its own copy, and an exported graph of a few hundred kilobytes builds a
@@ -44,7 +53,15 @@ from linnet.check.program import CheckedProgram
 from linnet.errors import InternalError, LinnetError
 from linnet.ir.bind import BoundModel, EntrySignature, InputSpec, generics_key
 from linnet.ir.core import Function, TensorType, dtype_of_numpy
-from linnet.ir.inputs import HostInput, check_inputs, host_input, order_inputs
+from linnet.ir.dynamic import DynamicShapes, lower_entry_dynamic
+from linnet.ir.inputs import (
+    HostInput,
+    InputChecks,
+    check_inputs,
+    host_input,
+    input_checks,
+    order_inputs,
+)
 from linnet.ir.results import regroup
 from linnet.onnx.runtime.contract import Contract, read_contract, with_argmax
 from linnet.onnx.runtime.inplace import find_writes, rewrite, with_probes
@@ -159,6 +176,8 @@ class OnnxModel:
         self._states = StateStore(model.live_tensors(self.present, "state"), self.device)
         self._exported: dict[tuple[object, ...], tuple[onnx.ModelProto, Contract]] = {}
         self._sessions: dict[tuple[object, ...], EntrySession] = {}
+        self._dynamic: dict[str, tuple[EntrySession, DynamicShapes] | None] = {}
+        self._checks: dict[tuple[object, ...], InputChecks] = {}
 
     def _weight(self, array: np.ndarray[Any, Any], t: TensorType) -> ort.OrtValue:
         host = host_array(array, t.dtype)
@@ -232,8 +251,10 @@ class OnnxModel:
 
     @property
     def sessions(self) -> list[EntrySession]:
-        """Every session made so far (one per entry, input types, generics and variant)."""
-        return list(self._sessions.values())
+        """Every session made so far (one per entry, input types, generics and variant;
+        one per entry for all sizes where the entry is dynamic)."""
+        dynamic = [found[0] for found in self._dynamic.values() if found is not None]
+        return [*self._sessions.values(), *dynamic]
 
     def run_entry(
         self,
@@ -275,11 +296,23 @@ class OnnxModel:
             for v, spec in zip(values, signature.inputs[: len(values)], strict=True)
         ]
         types = [type_of_ortvalue(v) if isinstance(v, ort.OrtValue) else v.type for v in given]
-        session = self.prepare(name, types, generics, argmax=argmax, cuda_graph=cuda_graph)
         hosts = [None if isinstance(v, ort.OrtValue) else v.array for v in given]
-        check_inputs(session.contract.checks, hosts, owner)
+        dynamic = None if generics or argmax or cuda_graph else self.dynamic_session(name, types)
+        result_types = None
+        if dynamic is not None:
+            session, dims = dynamic
+            result_types = _result_types(signature, types, dims, session.contract)
+            # The session serves every size; the index ranges are those of these sizes.
+            check_inputs(self._checks_at(name, types), hosts, owner)
+        else:
+            session = self.prepare(name, types, generics, argmax=argmax, cuda_graph=cuda_graph)
+            check_inputs(session.contract.checks, hosts, owner)
         results = session.run(
-            [self._on_device(v) for v in given], types, self._states, keep_on_device=keep_on_device
+            [self._on_device(v) for v in given],
+            types,
+            self._states,
+            keep_on_device=keep_on_device,
+            result_types=result_types,
         )
         return regroup(results, None if argmax else signature.fn.result)
 
@@ -326,6 +359,52 @@ class OnnxModel:
             self._sessions[(*key, capture)] = session
         return session
 
+    def dynamic_session(
+        self, name: str, input_types: Sequence[TensorType]
+    ) -> tuple[EntrySession, DynamicShapes] | None:
+        """The one session of entry `name` for every size, or None (see the module docstring).
+
+        Decided on the first call (`input_types`): an entry that writes a cache in
+        place is known from one lowering, before any sampling.
+        """
+        if name in self._dynamic:
+            return self._dynamic[name]
+        signature = self._signature(name)
+        names = sized_generics(signature)
+        found = None
+        if names and find_writes(self.lowered(name, input_types)):
+            names = []
+        if names:
+            try:
+                fn, dims = lower_entry_dynamic(
+                    signature, names, {}, lambda types, given: self.lowered(name, types, given)
+                )
+            except LinnetError:
+                fn = None
+            if fn is not None and not find_writes(fn):
+                found = (self._dynamic_entry(name, fn, dims), dims)
+        self._dynamic[name] = found
+        return found
+
+    def _dynamic_entry(self, name: str, fn: Function, dims: DynamicShapes) -> EntrySession:
+        from linnet.onnx.export.assemble import export_ir
+        from linnet.onnx.export.provider import check_provider
+
+        provider = "cpu" if self.device.kind == "cpu" else "cuda"
+        exported = export_ir(fn, provider=provider, fused=provider == "cpu", dynamic=dims)
+        proto = exported.model
+        check_provider(proto, provider)
+        contract = read_contract(proto, fn, self.kinds)
+        return EntrySession(
+            name,
+            proto,
+            contract,
+            self.providers,
+            self.device,
+            self.weights,
+            options=self.session_options,
+        )
+
     def captures(self, contract: Contract) -> bool:
         """Whether `cuda_graph=True` captures an entry with this contract (see run_entry)."""
         return (
@@ -333,6 +412,14 @@ class OnnxModel:
             and contract.fixed_addresses
             and all(t.dtype != "bf16" for t in contract.result_types)
         )
+
+    def _checks_at(self, name: str, input_types: Sequence[TensorType]) -> InputChecks:
+        """The input checks of entry `name` at these input types (cached per types)."""
+        key = (name, tuple(input_types))
+        found = self._checks.get(key)
+        if found is None:
+            found = self._checks[key] = input_checks(self.lowered(name, input_types), self.model)
+        return found
 
     def lowered(
         self,
@@ -406,6 +493,40 @@ class OnnxModel:
         if self.device.kind == "cpu":
             return ortvalue(host, value.dtype, self.device)
         return placed(host, value.dtype, self.device)
+
+
+def sized_generics(signature: EntrySignature) -> list[str]:
+    """The entry's own `Dim` generics that are the size of an input axis, in declaration order."""
+    from linnet.check.dims import Dim
+    from linnet.check.types import TensorType as CheckedTensor
+
+    axes = set()
+    for spec in signature.inputs:
+        if isinstance(spec.type, CheckedTensor):
+            axes |= {item.as_symbol() for item in spec.type.shape if isinstance(item, Dim)}
+    return [
+        g.name for g in signature.fn.generics if g.kind == "Dim" and not g.is_pack and g.key in axes
+    ]
+
+
+def _result_types(
+    signature: EntrySignature,
+    types: Sequence[TensorType],
+    dims: DynamicShapes,
+    contract: Contract,
+) -> list[TensorType]:
+    """The result types of a dynamic entry for these inputs; binding the entry checks its
+    `where` clauses and the inputs' agreement (LinnetErrors naming them)."""
+    from linnet.ir.bind import bind_entry_generics
+    from linnet.ir.symbolic import evaluate
+
+    bound = bind_entry_generics(signature, types)
+    sizes = {n: v for n in dims.names if isinstance(v := bound.values[n], int)}
+    shapes = [dims.shapes.get(v) for v in dims.results]
+    return [
+        t if shape is None else TensorType(tuple(evaluate(d, sizes) for d in shape), t.dtype)
+        for t, shape in zip(contract.result_types, shapes, strict=True)
+    ]
 
 
 def _dtype_of(array: np.ndarray[Any, Any], what: str) -> str:

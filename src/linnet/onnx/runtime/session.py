@@ -182,8 +182,12 @@ class EntrySession:
         states: StateStore,
         *,
         keep_on_device: bool = False,
+        result_types: Sequence[TensorType] | None = None,
     ) -> list[Result]:
-        """Run once; `inputs` are device (or host) `OrtValue`s of `input_types`, in entry order."""
+        """Run once; `inputs` are device (or host) `OrtValue`s of `input_types`, in entry order.
+
+        `result_types` replaces the contract's for this call (a graph with dynamic sizes).
+        """
         if self.cuda_graph:
             return self._replay(inputs, input_types, states, keep_on_device)
         binding = self.binding
@@ -200,7 +204,8 @@ class EntrySession:
             else:
                 binding.bind_ortvalue_output(name, states.current[path].value)
         where = self.device if keep_on_device else Device()
-        results = [Buffer(t, where) for t in self.contract.result_types]
+        types = self.contract.result_types if result_types is None else result_types
+        results = [Buffer(t, where) for t in types]
         for name, buffer in zip(self.contract.results, results, strict=True):
             binding.bind_ortvalue_output(name, buffer.value)
         self.session.run_with_iobinding(binding)
