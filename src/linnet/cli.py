@@ -1,4 +1,5 @@
-"""The `linnet` command (language.md 18): check, lint, fmt, inspect, plan, torch, onnx, init, spec-test.
+"""The `linnet` command (language.md 18): check, lint, fmt, inspect, plan, torch, jax,
+stablehlo, onnx, init, spec-test.
 
 Stage: the outermost shell. In: a command line. Out: text on stdout/stderr
 and an exit status:
@@ -55,6 +56,10 @@ commands:
                                                    the plan JSON of the root block
   torch [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
           [--std DIR] FILE                         the PyTorch source generated for one entry
+  jax [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
+          [--std DIR] FILE                         the jax.numpy source generated for one entry
+  stablehlo [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
+          [--std DIR] FILE                         one entry as StableHLO MLIR text, static shapes
   onnx [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
           [--provider cpu|cuda] [--fused] [--output FILE] [--std DIR] FILE
                                                    one entry as ONNX (opset 20) text, or a file
@@ -320,6 +325,18 @@ def _run_torch(invocation: Invocation) -> int:
     return show_torch(path, _target(invocation), _color_for(sys.stderr, invocation))
 
 
+# -- jax / stablehlo ---------------------------------------------------------------------
+
+
+def _run_jax(invocation: Invocation) -> int:
+    from linnet.commands.jax import show_jax, show_stablehlo
+
+    command = invocation.command
+    path = _one_file(invocation, f"`{command}` takes exactly one file")
+    show = show_jax if command == "jax" else show_stablehlo
+    return show(path, _target(invocation), _color_for(sys.stderr, invocation))
+
+
 # -- onnx ------------------------------------------------------------------------------
 
 
@@ -406,6 +423,16 @@ _COMMANDS: dict[str, CommandSpec] = {
     ),
     "torch": CommandSpec(
         _run_torch,
+        valued=frozenset({"--std", "--entry", "--root", "--optionals"}),
+        repeated=frozenset({"--bind"}),
+    ),
+    "jax": CommandSpec(
+        _run_jax,
+        valued=frozenset({"--std", "--entry", "--root", "--optionals"}),
+        repeated=frozenset({"--bind"}),
+    ),
+    "stablehlo": CommandSpec(
+        _run_jax,
         valued=frozenset({"--std", "--entry", "--root", "--optionals"}),
         repeated=frozenset({"--bind"}),
     ),

@@ -137,8 +137,11 @@ class _Emitter:
     def line(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
 
-    def assign(self, op: Op, expression: str, comment: str = "") -> None:
+    def assign(self, op: Op, expression: str, comment: str = "", *, unpack: bool = False) -> None:
+        """`results = expression`; `unpack` when the expression is a tuple (loops, branches)."""
         target = ", ".join(self.name(v) for v in op.results)
+        if unpack and len(op.results) == 1:
+            target += ","
         suffix = f"  # {comment}" if comment else ""
         self.line(f"{target} = {expression}{suffix}")
 
@@ -314,7 +317,7 @@ class _Emitter:
         )
         init = _tuple(self.args(op)) if op.operands else "()"
         if op.results:
-            self.assign(op, f"lax.while_loop({cond_fn}, {body_fn}, {init})")
+            self.assign(op, f"lax.while_loop({cond_fn}, {body_fn}, {init})", unpack=True)
         else:
             self.line(f"lax.while_loop({cond_fn}, {body_fn}, {init})")
 
@@ -329,7 +332,7 @@ class _Emitter:
         (c,) = self.args(op)
         call = f"lax.cond({c}, {names[0]}, {names[1]})"
         if op.results:
-            self.assign(op, call)
+            self.assign(op, call, unpack=True)
         else:
             self.line(call)
 

@@ -76,7 +76,8 @@ class StableHLORunner:
 
     def __init__(self, fn: Function, *, donate_state: bool = False) -> None:
         self.function = fn
-        self.stablehlo: StableHLO = export_stablehlo(fn)
+        self.generated: Generated = generate(fn)
+        self.stablehlo: StableHLO = export_stablehlo(fn, self.generated)
         contract = self.stablehlo.contract
         exported = self.stablehlo.executable()
         first_state = len(contract.inputs) + len(contract.params)
