@@ -22,6 +22,7 @@ Linnet dtype is native to XLA; 64-bit dtypes run inside a scoped
 from __future__ import annotations
 
 from linnet.jax.load import LinnetJaxFunction, load, load_source
+from linnet.jax.model import JaxModel, load_model
 from linnet.jax.stablehlo import export_stablehlo
 
-__all__ = ["LinnetJaxFunction", "export_stablehlo", "load", "load_source"]
+__all__ = ["JaxModel", "LinnetJaxFunction", "export_stablehlo", "load", "load_model", "load_source"]

@@ -8,7 +8,8 @@ optimised `Function`. Out:
 - `StableHLORunner`: the entry's StableHLO text (`linnet.jax.stablehlo`),
   parsed back and compiled by XLA through `jax.export`, called the same way;
   `donate_state=True` donates the state arguments so XLA may update them in
-  place. It refuses differentiation with a `LinnetError`.
+  place (only the state members it assigns, whose old values are dead after
+  the call). It refuses differentiation with a `LinnetError`.
 
 Both run inside `x64_scope` when the function has 64-bit dtypes.
 """
@@ -80,8 +81,13 @@ class StableHLORunner:
         self.stablehlo: StableHLO = export_stablehlo(fn, self.generated)
         contract = self.stablehlo.contract
         exported = self.stablehlo.executable()
+        # Only state the entry assigns is donated: its buffer becomes the next state's.
         first_state = len(contract.inputs) + len(contract.params)
-        donated = tuple(range(first_state, first_state + len(contract.state)))
+        donated = tuple(
+            first_state + index
+            for index, path in enumerate(contract.state)
+            if path in contract.next_state
+        )
 
         def call(*args: Any) -> Any:
             return exported.call(*_refuse_gradients(args))

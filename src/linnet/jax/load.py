@@ -105,8 +105,9 @@ class LinnetJaxFunction:
         *,
         model: BoundModel | None,
         module: str,
-        weights: Mapping[str, np.ndarray[Any, Any]],
+        parameters: dict[str, Any],
         stablehlo: bool,
+        donate_state: bool = False,
     ) -> None:
         self.program = program
         self.signature = signature
@@ -114,15 +115,10 @@ class LinnetJaxFunction:
         self.model = model
         self.module_name = module
         self.stablehlo = stablehlo
-        self.present = frozenset(weights)
-        types: dict[str, TensorType] = {}
-        if model is not None:
-            for kind in ("param", "buffer", "state"):
-                types.update(model.live_tensors(self.present, kind))
-        self.tensor_types = types
-        self.parameters: dict[str, Any] = {
-            path: device_array(array, types[path].dtype) for path, array in weights.items()
-        }
+        self.donate_state = donate_state
+        self.present = frozenset(parameters)
+        self.tensor_types = tensor_types(model, self.present)
+        self.parameters = parameters
         self._prepared: dict[tuple[object, ...], Prepared] = {}
         self._latest: Prepared | None = None
 
@@ -154,6 +150,21 @@ class LinnetJaxFunction:
                 f"(paths: {listed}...)"
             )
         return self.run({**self.parameters, **parameters}, inputs, named, state, generics)
+
+    def prepare_for(
+        self,
+        positional: Sequence[Any],
+        named: Mapping[str, Any],
+        generics: Mapping[str, object] | None = None,
+    ) -> Prepared:
+        """The prepared entry for these inputs (what a call would run)."""
+        owner = f"entry `{self.name}`"
+        values = self._order(positional, named)
+        types = [
+            input_type(v, spec.name, spec.type, owner)[1]
+            for v, spec in zip(values, self.signature.inputs, strict=False)
+        ]
+        return self.prepare(types, generics)
 
     def run(
         self,
@@ -224,7 +235,11 @@ class LinnetJaxFunction:
         found = self._prepared.get(key)
         if found is None:
             fn = self.lower(input_types, generics)
-            run: Runner = StableHLORunner(fn) if self.stablehlo else SourceRunner(fn)
+            run: Runner = (
+                StableHLORunner(fn, donate_state=self.donate_state)
+                if self.stablehlo
+                else SourceRunner(fn)
+            )
             found = self._prepared[key] = Prepared(fn, run)
         self._latest = found
         return found
@@ -265,6 +280,30 @@ class LinnetJaxFunction:
     def __repr__(self) -> str:
         how = "StableHLO on XLA" if self.stablehlo else "generated jax.numpy source"
         return f"<linnet.jax entry `{self.name}` ({how})>"
+
+
+def tensor_types(model: BoundModel | None, present: frozenset[str]) -> dict[str, TensorType]:
+    """Every live param, buffer and state path of the model with its type."""
+    types: dict[str, TensorType] = {}
+    if model is not None:
+        for kind in ("param", "buffer", "state"):
+            types.update(model.live_tensors(present, kind))
+    return types
+
+
+def device_parameters(
+    model: BoundModel, arrays: Mapping[str, np.ndarray[Any, Any]]
+) -> dict[str, Any]:
+    """The bound arrays on JAX's default device, one device array per stored array (ties share)."""
+    types = tensor_types(model, frozenset(arrays))
+    placed: dict[int, Any] = {}
+    out: dict[str, Any] = {}
+    for path, array in arrays.items():
+        key = id(array)
+        if key not in placed:
+            placed[key] = device_array(array, types[path].dtype)
+        out[path] = placed[key]
+    return out
 
 
 def bind_weights(
@@ -315,7 +354,7 @@ def open_entry(
         info = module_entry_info(program, entry)
         signature = module_entry(program, module, info.name)
         return LinnetJaxFunction(
-            program, signature, model=None, module=module, weights={}, stablehlo=stablehlo
+            program, signature, model=None, module=module, parameters={}, stablehlo=stablehlo
         )
     model = bind(program, root=block.name, generics=generics)
     name = block_entry(block, entry).name
@@ -325,7 +364,7 @@ def open_entry(
         model.entries[name],
         model=model,
         module=module,
-        weights=arrays,
+        parameters=device_parameters(model, arrays),
         stablehlo=stablehlo,
     )
 
