@@ -23,13 +23,13 @@ transformers = pytest.importorskip("transformers")
 jax = pytest.importorskip("jax")
 
 from jax_support import JaxModelBackend, JaxSourceBackend  # noqa: E402
-from test_llama import (  # noqa: E402, F401
+from test_llama import (  # noqa: E402
     SIZES,
     SOURCE,
     assert_logits,
     demo,
     generics,
-    reference,
+    hf_model,
     reference_logits,
     state_dict,
     tokens_of,
@@ -38,6 +38,11 @@ from test_llama import (  # noqa: E402, F401
 import linnet.jax as lj  # noqa: E402
 
 NEW_TOKENS = 9  # the prefill's token, then 8 decode steps
+
+
+@pytest.fixture(scope="module")
+def reference() -> Any:
+    return hf_model(SIZES)
 
 
 def numpy_weights(model: Any) -> dict[str, np.ndarray]:
