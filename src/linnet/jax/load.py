@@ -346,18 +346,15 @@ def open_entry(
     from linnet.target import block_entry, module_entry_info, root_block
 
     program = check_program(source, std_root)
-    block = root_block(program, root)
     module = program.graph.roots[0]
-    if block is None:
-        if weights is not None:
-            raise LinnetError("the program has no block with entries, so it takes no weights")
+    if weights is None and root is None and root_block(program, None) is None:
         info = module_entry_info(program, entry)
         signature = module_entry(program, module, info.name)
         return LinnetJaxFunction(
             program, signature, model=None, module=module, parameters={}, stablehlo=stablehlo
         )
-    model = bind(program, root=block.name, generics=generics)
-    name = block_entry(block, entry).name
+    model = bind(program, root=root, generics=generics)
+    name = block_entry(model.root.info, entry).name
     arrays = bind_weights(model, weights, bindings=bindings, cast_dtype=cast_dtype)
     return LinnetJaxFunction(
         program,
