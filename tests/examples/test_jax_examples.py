@@ -31,6 +31,10 @@ from vision_support import assert_close, read_weights  # noqa: E402
 import linnet.jax as lj  # noqa: E402
 
 LOADERS = pytest.mark.parametrize("loader", ["load", "load_source"])
+# The transformers encoders cost ~15-25 s per loader here; `load` (StableHLO) is a slow check.
+HEAVY_LOADERS = pytest.mark.parametrize(
+    "loader", [pytest.param("load", marks=pytest.mark.slow), "load_source"]
+)
 
 
 def loaded(loader: str, source: Path, **kw: Any) -> Any:
@@ -103,7 +107,7 @@ def bert_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@LOADERS
+@HEAVY_LOADERS
 def test_bert(bert_checkpoint: Path, loader: str) -> None:
     import json
 
@@ -150,7 +154,7 @@ def test_vit(tmp_path: Path, loader: str) -> None:
 # -- CLIP -----------------------------------------------------------------------------------
 
 
-@LOADERS
+@HEAVY_LOADERS
 def test_clip(tmp_path: Path, loader: str) -> None:
     path = clip.example_script("clip").make_weights(tmp_path, seed=11, **clip.GENERICS)
     reference = transformers.CLIPModel(clip.clip_config())

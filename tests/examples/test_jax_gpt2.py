@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 jax = pytest.importorskip("jax")
 
-from jax_support import JaxModelBackend, JaxSourceBackend  # noqa: E402
+from jax_backends import JaxModelBackend, JaxSourceBackend  # noqa: E402
 from test_gpt2 import BATCH, SOURCE, example_script  # noqa: E402
 from test_llama import demo  # noqa: E402
 
@@ -59,7 +59,9 @@ def test_logits_match_transformers(gpt2: Any, loader: str) -> None:
     np.testing.assert_array_equal(got.argmax(-1), want.argmax(-1))
 
 
-@pytest.mark.parametrize("backend", ["load_model", "load_source"])
+@pytest.mark.parametrize(
+    "backend", ["load_model", pytest.param("load_source", marks=pytest.mark.slow)]
+)
 def test_prefill_and_decode_equal_generate(gpt2: Any, backend: str) -> None:
     weights, generics, reference = gpt2
     ids = prompt(6, seed=2)

@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 jax = pytest.importorskip("jax")
 
-from jax_support import JaxModelBackend, JaxSourceBackend  # noqa: E402
+from jax_backends import JaxModelBackend, JaxSourceBackend  # noqa: E402
 from test_llama import (  # noqa: E402
     SIZES,
     SOURCE,
@@ -70,7 +70,9 @@ def generated(reference: Any) -> tuple[np.ndarray, np.ndarray]:
     return prompt, out[:, 6:].numpy()
 
 
-@pytest.mark.parametrize("backend", ["load_model", "load_source"])
+@pytest.mark.parametrize(
+    "backend", ["load_model", pytest.param("load_source", marks=pytest.mark.slow)]
+)
 def test_prefill_and_decode_equal_generate(
     reference: Any, generated: tuple[np.ndarray, np.ndarray], backend: str
 ) -> None:
