@@ -72,6 +72,10 @@ def peer_functions(sizes: dict[str, int], max_seq: int) -> tuple[Any, Any]:
     cos_table = jnp.asarray(np.concatenate([np.cos(angles)] * 2, -1), jnp.float32)
     sin_table = jnp.asarray(np.concatenate([np.sin(angles)] * 2, -1), jnp.float32)
 
+    def linear(x: Any, w: Any) -> Any:
+        """`x @ w.T` for a weight stored `[Out, In]`, without materialising the transpose."""
+        return lax.dot_general(x, w, (((x.ndim - 1,), (1,)), ((), ())))
+
     def rms(x: Any, w: Any) -> Any:
         return x * lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5) * w
 
@@ -91,9 +95,9 @@ def peer_functions(sizes: dict[str, int], max_seq: int) -> tuple[Any, Any]:
         for i in range(layers):
             p = f"model.layers.{i}."
             x = rms(h, w[p + "input_layernorm.weight"])
-            q = (x @ w[p + "self_attn.q_proj.weight"].T).reshape(batch, seq, heads, dim)
-            k = (x @ w[p + "self_attn.k_proj.weight"].T).reshape(batch, seq, kv_heads, dim)
-            v = (x @ w[p + "self_attn.v_proj.weight"].T).reshape(batch, seq, kv_heads, dim)
+            q = linear(x, w[p + "self_attn.q_proj.weight"]).reshape(batch, seq, heads, dim)
+            k = linear(x, w[p + "self_attn.k_proj.weight"]).reshape(batch, seq, kv_heads, dim)
+            v = linear(x, w[p + "self_attn.v_proj.weight"]).reshape(batch, seq, kv_heads, dim)
             q = rotate(q.transpose(0, 2, 1, 3), cos, sin)
             k = rotate(k.transpose(0, 2, 1, 3), cos, sin)
             v = v.transpose(0, 2, 1, 3)
@@ -106,12 +110,12 @@ def peer_functions(sizes: dict[str, int], max_seq: int) -> tuple[Any, Any]:
             probs = jax.nn.softmax(scores, -1)
             out = jnp.einsum("bkgst,bktd->bkgsd", probs, v_cache)
             out = out.reshape(batch, heads, seq, dim).transpose(0, 2, 1, 3)
-            h = h + out.reshape(batch, seq, heads * dim) @ w[p + "self_attn.o_proj.weight"].T
+            h = h + linear(out.reshape(batch, seq, heads * dim), w[p + "self_attn.o_proj.weight"])
             x = rms(h, w[p + "post_attention_layernorm.weight"])
-            gate = jax.nn.silu(x @ w[p + "mlp.gate_proj.weight"].T)
-            up = x @ w[p + "mlp.up_proj.weight"].T
-            h = h + (gate * up) @ w[p + "mlp.down_proj.weight"].T
-        logits = rms(h, w["model.norm.weight"]) @ w["lm_head.weight"].T
+            gate = jax.nn.silu(linear(x, w[p + "mlp.gate_proj.weight"]))
+            up = linear(x, w[p + "mlp.up_proj.weight"])
+            h = h + linear(gate * up, w[p + "mlp.down_proj.weight"])
+        logits = linear(rms(h, w["model.norm.weight"]), w["lm_head.weight"])
         return logits, new_caches
 
     prefill = jax.jit(lambda w, c, t: forward(w, c, t, 0), donate_argnums=(1,))
