@@ -16,14 +16,14 @@ Both run inside `x64_scope` when the function has 64-bit dtypes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
 from linnet.errors import LinnetError
-from linnet.ir.core import Function, numpy_dtype
+from linnet.ir.core import Function, TensorType, numpy_dtype
 from linnet.jax.codegen import Generated, generate
 from linnet.jax.dtypes import x64_scope
 from linnet.jax.stablehlo.export import StableHLO, export_stablehlo
@@ -75,10 +75,16 @@ _refuse_gradients.defvjp(_refuse_forward, _refuse_backward)
 class StableHLORunner:
     """One function's StableHLO text compiled by XLA (one executable per instance)."""
 
-    def __init__(self, fn: Function, *, donate_state: bool = False) -> None:
+    def __init__(
+        self,
+        fn: Function,
+        *,
+        donate_state: bool = False,
+        sharding: Callable[[str | None, TensorType], Any] | None = None,
+    ) -> None:
         self.function = fn
         self.generated: Generated = generate(fn)
-        self.stablehlo: StableHLO = export_stablehlo(fn, self.generated)
+        self.stablehlo: StableHLO = export_stablehlo(fn, self.generated, sharding=sharding)
         contract = self.stablehlo.contract
         exported = self.stablehlo.executable()
         # Only state the entry assigns is donated: its buffer becomes the next state's.

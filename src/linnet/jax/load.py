@@ -28,7 +28,7 @@ buffers (the loaded ones fill the rest): what `jax.grad` differentiates.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -62,10 +62,10 @@ class Prepared:
         return bool(self.state)
 
 
-def device_array(array: np.ndarray[Any, Any], dtype: str) -> Any:
-    """A NumPy array on JAX's default device, keeping 64-bit dtypes (scoped x64)."""
+def device_array(array: np.ndarray[Any, Any], dtype: str, sharding: Any = None) -> Any:
+    """A NumPy array on JAX's default device (or with `sharding`), keeping 64-bit dtypes."""
     with x64_scope(dtype in WIDE):
-        return jax.device_put(np.asarray(array, dtype=numpy_dtype(dtype)))
+        return jax.device_put(np.asarray(array, dtype=numpy_dtype(dtype)), sharding)
 
 
 def input_type(value: Any, name: str, declared: object, owner: str) -> tuple[Any, TensorType]:
@@ -108,6 +108,7 @@ class LinnetJaxFunction:
         parameters: dict[str, Any],
         stablehlo: bool,
         donate_state: bool = False,
+        sharding: Callable[[str | None, TensorType], Any] | None = None,
     ) -> None:
         self.program = program
         self.signature = signature
@@ -116,6 +117,7 @@ class LinnetJaxFunction:
         self.module_name = module
         self.stablehlo = stablehlo
         self.donate_state = donate_state
+        self.sharding = sharding
         self.present = frozenset(parameters)
         self.tensor_types = tensor_types(model, self.present)
         self.parameters = parameters
@@ -236,7 +238,7 @@ class LinnetJaxFunction:
         if found is None:
             fn = self.lower(input_types, generics)
             run: Runner = (
-                StableHLORunner(fn, donate_state=self.donate_state)
+                StableHLORunner(fn, donate_state=self.donate_state, sharding=self.sharding)
                 if self.stablehlo
                 else SourceRunner(fn)
             )
@@ -292,16 +294,20 @@ def tensor_types(model: BoundModel | None, present: frozenset[str]) -> dict[str,
 
 
 def device_parameters(
-    model: BoundModel, arrays: Mapping[str, np.ndarray[Any, Any]]
+    model: BoundModel,
+    arrays: Mapping[str, np.ndarray[Any, Any]],
+    sharding: Callable[[str | None, TensorType], Any] | None = None,
 ) -> dict[str, Any]:
     """The bound arrays on JAX's default device, one device array per stored array (ties share)."""
     types = tensor_types(model, frozenset(arrays))
-    placed: dict[int, Any] = {}
+    placed: dict[tuple[object, ...], Any] = {}
     out: dict[str, Any] = {}
     for path, array in arrays.items():
-        key = id(array)
+        t = types[path]
+        where = None if sharding is None else sharding(path, t)
+        key = (id(array), t.dtype, where)
         if key not in placed:
-            placed[key] = device_array(array, types[path].dtype)
+            placed[key] = device_array(array, t.dtype, where)
         out[path] = placed[key]
     return out
 

@@ -28,7 +28,7 @@ The text parses with the MLIR Python bindings that ship with jaxlib;
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -132,15 +132,38 @@ def tensor_types(fn: Function) -> dict[str, TensorType]:
     return found
 
 
-def export_stablehlo(fn: Function, generated: Generated | None = None) -> StableHLO:
-    """The StableHLO module of `fn` (see the module docstring)."""
+def export_stablehlo(
+    fn: Function,
+    generated: Generated | None = None,
+    *,
+    sharding: Callable[[str | None, TensorType], Any] | None = None,
+) -> StableHLO:
+    """The StableHLO module of `fn` (see the module docstring), for JAX's default backend.
+
+    `sharding(path, type)` gives the `jax.sharding.Sharding` of each argument
+    (`path` None for an entry input) when the module is partitioned over a
+    mesh: the next state gets its state's sharding, results are replicated,
+    and XLA's partitioner (GSPMD) places the rest.
+    """
     generated = generated or generate(fn)
     contract = contract_of(fn)
     types = argument_types(fn, contract, tensor_types(fn))
     main = flat_function(generated, contract)
+    options: dict[str, Any] = {"keep_unused": True}
+    if sharding is not None:
+        paths: list[str | None] = [None] * len(contract.inputs)
+        paths += [*contract.params, *contract.state]
+        ins = tuple(sharding(p, t) for p, t in zip(paths, types, strict=True))
+        by_state = dict(zip(contract.state, ins[len(ins) - len(contract.state) :], strict=True))
+        replicated = sharding(None, TensorType((), "f32"))
+        outs = (
+            *([replicated] * contract.results),
+            *(by_state[p] for p in contract.next_state),
+        )
+        options.update(in_shardings=ins, out_shardings=outs)
     with x64_scope(generated.x64):
         specs = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype)) for t in types]  # type: ignore[no-untyped-call]
-        exported = jax.export.export(jax.jit(main, keep_unused=True), platforms=["cpu"])(*specs)
+        exported = jax.export.export(jax.jit(main, **options))(*specs)
     module = ir.Module.parse(exported.mlir_module(), jax_mlir.make_ir_context())
     with module.context:
         attributes = module.operation.attributes
