@@ -26,7 +26,7 @@ from backend_cases import (
     rng_for,
     with_const,
 )
-from jax_support import MODES, check
+from jax_support import MODES, check, check_together
 
 from linnet.ir.core import Builder, TensorType, numpy_dtype
 
@@ -70,23 +70,26 @@ def test_not(dtype: str, mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", [*INTS, *FLOATS])
-@pytest.mark.parametrize("kind", ARITH + COMPARE)
-def test_numeric_binary(kind: str, dtype: str, mode: str) -> None:
-    a, b = binary_operands(kind, dtype)
-    types = [TensorType(a.shape, dtype), TensorType(b.shape, dtype)]
-    check(one_op(kind, types), [a, b], mode)
+def test_numeric_binary(dtype: str, mode: str) -> None:
+    cases = []
+    for kind in ARITH + COMPARE:
+        a, b = binary_operands(kind, dtype)
+        types = [TensorType(a.shape, dtype), TensorType(b.shape, dtype)]
+        cases.append((one_op(kind, types), [a, b]))
+    check_together(cases, mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", ["i32", "u8", "u32", "u64", "f32", "bf16"])
-@pytest.mark.parametrize("kind", ARITH + COMPARE)
-def test_binary_with_constants(kind: str, dtype: str, mode: str) -> None:
-    a, b = binary_operands(kind, dtype)
-    scalar = b[:1].reshape(())
-    check(with_const(kind, a, dtype, scalar), [a], mode)
-    check(with_const(kind, a, dtype, b), [a], mode)
-    if not (kind in ("div", "rem") and dtype in INTS):
-        check(const_first(kind, a, dtype, scalar), [a], mode)
+def test_binary_with_constants(dtype: str, mode: str) -> None:
+    cases = []
+    for kind in ARITH + COMPARE:
+        a, b = binary_operands(kind, dtype)
+        scalar = b[:1].reshape(())
+        cases += [(with_const(kind, a, dtype, scalar), [a]), (with_const(kind, a, dtype, b), [a])]
+        if not (kind in ("div", "rem") and dtype in INTS):
+            cases.append((const_first(kind, a, dtype, scalar), [a]))
+    check_together(cases, mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -146,12 +149,14 @@ def test_unsigned_division_large_values(dtype: str, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("target", ALL)
 @pytest.mark.parametrize("source", ALL)
-def test_cast(source: str, target: str, mode: str) -> None:
-    x = cast_source(rng_for("cast", source, target), source, target)
-    fn = one_op("cast", [TensorType(x.shape, source)], result=TensorType(x.shape, target))
-    check(fn, [x], mode)
+def test_cast(source: str, mode: str) -> None:
+    cases = []
+    for target in ALL:
+        x = cast_source(rng_for("cast", source, target), source, target)
+        fn = one_op("cast", [TensorType(x.shape, source)], result=TensorType(x.shape, target))
+        cases.append((fn, [x]))
+    check_together(cases, mode)
 
 
 # -- select and shape ops -------------------------------------------------------------------
@@ -198,6 +203,7 @@ def test_shape_ops(mode: str) -> None:
 def test_gather(index_dtype: str, mode: str) -> None:
     rng = rng_for("gather", index_dtype)
     x = random_array(rng, "f32", (4, 5, 6))
+    cases = []
     for axis in range(3):
         for shape in [(), (3,), (2, 3)]:
             idx = rng.integers(0, x.shape[axis], size=shape).astype(numpy_dtype(index_dtype))
@@ -206,7 +212,8 @@ def test_gather(index_dtype: str, mode: str) -> None:
                 [TensorType(x.shape, "f32"), TensorType(idx.shape, index_dtype)],
                 {"axis": axis},
             )
-            check(fn, [x, idx], mode)
+            cases.append((fn, [x, idx]))
+    check_together(cases, mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -235,9 +242,11 @@ def test_reduce_numeric(kind: str, dtype: str, mode: str) -> None:
     rng = rng_for("reduce", kind, dtype)
     low, high = (0.5, 1.5) if kind == "prod" else (-4.0, 4.0)
     x = random_array(rng, dtype, (3, 4, 5), float_range=(low, high))
-    for axes in REDUCE_AXES:
-        fn = one_op("reduce", [TensorType(x.shape, dtype)], {"kind": kind, "axes": axes})
-        check(fn, [x], mode, scale=4.0 if dtype in ("f16", "bf16") else 1.0)
+    cases = [
+        (one_op("reduce", [TensorType(x.shape, dtype)], {"kind": kind, "axes": axes}), [x])
+        for axes in REDUCE_AXES
+    ]
+    check_together(cases, mode, scale=4.0 if dtype in ("f16", "bf16") else 1.0)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -276,15 +285,16 @@ CONTRACTS = [
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", ["i8", "i32", "u32", "u64", "f16", "bf16", "f32", "f64"])
-@pytest.mark.parametrize("case", range(len(CONTRACTS)))
-def test_contract(case: int, dtype: str, mode: str) -> None:
-    lhs_shape, rhs_shape, lb, rb, lc, rc = CONTRACTS[case]
-    rng = rng_for("contract", case, dtype)
-    a = random_array(rng, dtype, lhs_shape, float_range=(-1.0, 1.0))
-    b = random_array(rng, dtype, rhs_shape, float_range=(-1.0, 1.0))
-    attrs = {"lhs_batch": lb, "rhs_batch": rb, "lhs_contract": lc, "rhs_contract": rc}
-    fn = one_op("contract", [TensorType(a.shape, dtype), TensorType(b.shape, dtype)], attrs)
-    check(fn, [a, b], mode, scale=4.0 if dtype in ("f16", "bf16") else 1.0)
+def test_contract(dtype: str, mode: str) -> None:
+    cases = []
+    for case, (lhs_shape, rhs_shape, lb, rb, lc, rc) in enumerate(CONTRACTS):
+        rng = rng_for("contract", case, dtype)
+        a = random_array(rng, dtype, lhs_shape, float_range=(-1.0, 1.0))
+        b = random_array(rng, dtype, rhs_shape, float_range=(-1.0, 1.0))
+        attrs = {"lhs_batch": lb, "rhs_batch": rb, "lhs_contract": lc, "rhs_contract": rc}
+        fn = one_op("contract", [TensorType(a.shape, dtype), TensorType(b.shape, dtype)], attrs)
+        cases.append((fn, [a, b]))
+    check_together(cases, mode, scale=4.0 if dtype in ("f16", "bf16") else 1.0)
 
 
 @pytest.mark.parametrize("mode", MODES)
