@@ -9,7 +9,8 @@ Importing `linnet` never imports jax; importing `linnet.jax` does.
 - `load(...)`: the same entry as its StableHLO text (`linnet stablehlo`),
   parsed back and compiled by XLA once per input types; not differentiable.
 - `load_model(...)` -> `JaxModel`: every entry of the root block over one copy
-  of the weights, state kept on the device and donated to XLA between calls.
+  of the weights, state kept on the device and donated to XLA between calls;
+  `mesh=` shards weights and caches over several devices (XLA partitions).
 - `export_stablehlo(fn)`: the StableHLO text and contract of a lowered function.
 
 Stateful entries are called `f(*inputs, state=mapping)` and return

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 import jax
-import numpy as np
 
-from linnet.ir.core import Function, numpy_dtype
+from linnet.ir.core import Function
 from linnet.ir.regions import walk
 
 WIDE = frozenset({"i64", "u64", "f64"})
@@ -53,8 +51,3 @@ def x64_scope(enabled: bool) -> Iterator[None]:
         return
     with jax.enable_x64(True):
         yield
-
-
-def as_numpy(value: Any, dtype: str) -> np.ndarray[Any, Any]:
-    """A NumPy or JAX array (or array-like) as a NumPy array of Linnet `dtype`."""
-    return np.asarray(value, dtype=numpy_dtype(dtype))

@@ -32,7 +32,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import numpy as np
 from jax._src.interpreters import mlir as jax_mlir
 from jaxlib.mlir import ir
 
@@ -198,8 +197,3 @@ def parse_contract(module: ir.Module) -> Contract:
         ir.IntegerAttr(attributes["linnet.results"]).value,
         strings("linnet.next_state"),
     )
-
-
-def numpy_arguments(values: Sequence[Any], types: Sequence[TensorType]) -> list[np.ndarray]:
-    """Arguments as NumPy arrays of exactly their declared dtypes."""
-    return [np.asarray(v, dtype=numpy_dtype(t.dtype)) for v, t in zip(values, types, strict=True)]
