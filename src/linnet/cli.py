@@ -1,5 +1,5 @@
-"""The `linnet` command (language.md 18): check, lint, fmt, inspect, plan, torch, onnx, init,
-spec-test, and serve / generate (linnet.serve).
+"""The `linnet` command (language.md 18): check, lint, fmt, inspect, plan, torch, jax,
+stablehlo, onnx, init, spec-test, and serve / generate (linnet.serve).
 
 Stage: the outermost shell. In: a command line. Out: text on stdout/stderr
 and an exit status:
@@ -56,6 +56,10 @@ commands:
                                                    the plan JSON of the root block
   torch [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
           [--std DIR] FILE                         the PyTorch source generated for one entry
+  jax [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
+          [--std DIR] FILE                         the jax.numpy source generated for one entry
+  stablehlo [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
+          [--std DIR] FILE                         one entry as StableHLO MLIR text, static shapes
   onnx [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
           [--provider cpu|cuda] [--fused] [--grad] [--dynamic G,G...] [--output FILE]
           [--std DIR] FILE                         one entry as ONNX (opset 20) text, or a file
@@ -136,6 +140,17 @@ COMMAND_HELP: dict[str, str] = {
     "Print the PyTorch source generated for one entry, every generic bound.\n\noptions:\n"
     + _TARGET_OPTIONS
     + _STD_OPTION,
+    "jax": "usage: linnet jax [--entry NAME] [--bind G=V]... [--root BLOCK]\n"
+    "                  [--optionals present|absent] [--std DIR] FILE\n\n"
+    "Print the jax.numpy source generated for one entry, every generic bound\n"
+    "(what linnet.jax.load_source runs under jax.jit).\n\noptions:\n"
+    + _TARGET_OPTIONS
+    + _STD_OPTION,
+    "stablehlo": "usage: linnet stablehlo [--entry NAME] [--bind G=V]... [--root BLOCK]\n"
+    "                        [--optionals present|absent] [--std DIR] FILE\n\n"
+    "Print one entry as StableHLO MLIR text with static shapes; the calling contract\n"
+    "(inputs, params by path, state in and out) is in the module's linnet.* attributes.\n\n"
+    "options:\n" + _TARGET_OPTIONS + _STD_OPTION,
     "onnx": "usage: linnet onnx [--entry NAME] [--bind G=V]... [--root BLOCK]\n"
     "                   [--optionals present|absent] [--provider cpu|cuda] [--fused]\n"
     "                   [--grad] [--dynamic G,G...] [--output FILE] [--std DIR] FILE\n\n"
@@ -454,6 +469,18 @@ def _run_torch(invocation: Invocation) -> int:
     return show_torch(path, _target(invocation), _color_for(sys.stderr, invocation))
 
 
+# -- jax / stablehlo ---------------------------------------------------------------------
+
+
+def _run_jax(invocation: Invocation) -> int:
+    from linnet.commands.jax import show_jax, show_stablehlo
+
+    command = invocation.command
+    path = _one_file(invocation, f"`{command}` takes exactly one file")
+    show = show_jax if command == "jax" else show_stablehlo
+    return show(path, _target(invocation), _color_for(sys.stderr, invocation))
+
+
 # -- onnx ------------------------------------------------------------------------------
 
 
@@ -624,6 +651,16 @@ _COMMANDS: dict[str, CommandSpec] = {
     ),
     "torch": CommandSpec(
         _run_torch,
+        valued=frozenset({"--std", "--entry", "--root", "--optionals"}),
+        repeated=frozenset({"--bind"}),
+    ),
+    "jax": CommandSpec(
+        _run_jax,
+        valued=frozenset({"--std", "--entry", "--root", "--optionals"}),
+        repeated=frozenset({"--bind"}),
+    ),
+    "stablehlo": CommandSpec(
+        _run_jax,
         valued=frozenset({"--std", "--entry", "--root", "--optionals"}),
         repeated=frozenset({"--bind"}),
     ),

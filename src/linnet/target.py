@@ -63,10 +63,10 @@ def resolve(program: CheckedProgram, target: Target) -> Resolved:
     """Bind the root and the entry of `target` (6.7), or raise a `LinnetError` naming the problem."""
     from linnet.ir.bind import module_entry
 
-    root = _root_block(program, target.root)
+    root = root_block(program, target.root)
     module = program.graph.roots[0]
     if root is None:
-        entry = _module_entry(program, target.entry)
+        entry = module_entry_info(program, target.entry)
         signature = module_entry(program, module, entry.name)
         own = _split(target.generics, (), entry, None)
         return Resolved(
@@ -74,7 +74,7 @@ def resolve(program: CheckedProgram, target: Target) -> Resolved:
         )
     from linnet.ir.bind import bind
 
-    entry = _block_entry(root, target.entry)
+    entry = block_entry(root, target.entry)
     root_given = {k: v for k, v in target.generics.items() if k in _names(root)}
     own = _split(target.generics, _names(root), entry, root)
     model = bind(program, root=root.name, generics=root_given)
@@ -85,13 +85,13 @@ def resolve(program: CheckedProgram, target: Target) -> Resolved:
 
 def entry_info(program: CheckedProgram, target: Target) -> FnInfo:
     """The entry `target` names (a block's or a module-level one), before any binding."""
-    root = _root_block(program, target.root)
+    root = root_block(program, target.root)
     if root is None:
-        return _module_entry(program, target.entry)
-    return _block_entry(root, target.entry)
+        return module_entry_info(program, target.entry)
+    return block_entry(root, target.entry)
 
 
-def _root_block(program: CheckedProgram, name: str | None) -> BlockInfo | None:
+def root_block(program: CheckedProgram, name: str | None) -> BlockInfo | None:
     """12.10: the named block, else the only block with entries, else None (module entries)."""
     from linnet.ir.bind import find_root
 
@@ -127,12 +127,12 @@ def _choose(entries: Mapping[str, FnInfo], name: str | None, owner: str) -> FnIn
     raise LinnetError(f"{owner} has several entries ({listed}); choose one with --entry")
 
 
-def _block_entry(root: BlockInfo, name: str | None) -> FnInfo:
+def block_entry(root: BlockInfo, name: str | None) -> FnInfo:
     entries = {n: m for n, m in root.methods.items() if m.kind == "entry"}
     return _choose(entries, name, f"block `{root.name}`")
 
 
-def _module_entry(program: CheckedProgram, name: str | None) -> FnInfo:
+def module_entry_info(program: CheckedProgram, name: str | None) -> FnInfo:
     module = program.modules[program.graph.roots[0]]
     entries = {
         n: item

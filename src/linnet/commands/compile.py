@@ -26,7 +26,7 @@ def show_ir(path: Path, target: Target, optimize: bool, color: bool) -> int:
     """Print the Core IR of the target entry; exit status 1 on errors in the source."""
     from linnet.ir.printer import print_function
 
-    compiled = _compile(path, target, optimize, color)
+    compiled = compile_target(path, target, optimize, color)
     if compiled is None:
         return 1
     sys.stdout.write(print_function(compiled.function))
@@ -35,7 +35,7 @@ def show_ir(path: Path, target: Target, optimize: bool, color: bool) -> int:
 
 def show_torch(path: Path, target: Target, color: bool) -> int:
     """Print the PyTorch source generated for the target entry (weights hoisted)."""
-    compiled = _compile(path, target, True, color)
+    compiled = compile_target(path, target, True, color)
     if compiled is None:
         return 1
     try:
@@ -56,7 +56,8 @@ def show_torch(path: Path, target: Target, color: bool) -> int:
     return 0
 
 
-def _compile(path: Path, target: Target, optimize: bool, color: bool) -> Compiled | None:
+def compile_target(path: Path, target: Target, optimize: bool, color: bool) -> Compiled | None:
+    """The target entry compiled, or None after printing the file's errors."""
     from linnet.pipeline import check_paths, compile_entry
 
     program = check_paths([path], target.std)

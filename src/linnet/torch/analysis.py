@@ -14,42 +14,18 @@ optimiser step anyway.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
-from linnet.ir.core import Function, Op, Region, Value
+from linnet.ir.core import Function, Op, Value
+from linnet.ir.regions import free_values, region_free_values, walk
 from linnet.records import record
 
 SOURCES = frozenset({"const", "iota"})
 WEIGHT_READS = frozenset({"param", "buffer"})
 
-
-def walk(region: Region) -> Iterator[Op]:
-    """Every op of `region` and of its nested regions, in program order."""
-    for op in region.ops:
-        yield op
-        for inner in op.regions:
-            yield from walk(inner)
-
-
-def free_values(op: Op) -> set[Value]:
-    """Values an op reads that it does not define: operands plus enclosing reads of its regions."""
-    used: set[Value] = set(op.operands)
-    for region in op.regions:
-        used |= region_free_values(region)
-    return used
-
-
-def region_free_values(region: Region) -> set[Value]:
-    """Values a region reads from its enclosing regions."""
-    defined: set[Value] = set(region.args)
-    used: set[Value] = set()
-    for op in region.ops:
-        used |= free_values(op) - defined
-        defined.update(op.results)
-    used |= set(region.results) - defined
-    return used
+__all__ = ["Hoisting", "free_values", "hoist", "region_free_values", "walk", "weights_key"]
 
 
 @record

@@ -46,7 +46,7 @@ step against 22 ms when the output is a second buffer.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Literal
 
 import onnx
@@ -54,8 +54,9 @@ from onnx import TensorProto, helper
 
 from linnet.errors import InternalError, LinnetError
 from linnet.ir.bind import BoundModel
-from linnet.ir.core import Function, Op, Region, TensorType
+from linnet.ir.core import Function, TensorType
 from linnet.ir.inputs import InputChecks, input_checks
+from linnet.ir.regions import paths_read
 from linnet.onnx.runtime.graph import GraphIndex, rename_uses, replace_nodes, subgraphs
 from linnet.onnx.runtime.values import ONNX_ELEMENT_TYPES
 from linnet.records import record
@@ -95,22 +96,6 @@ class Contract:
     def fixed_addresses(self) -> bool:
         """Whether every state the entry writes keeps its buffer (no `swap`)."""
         return all(mode != "swap" for mode in self.update_modes.values())
-
-
-def walk(region: Region) -> Iterator[Op]:
-    for op in region.ops:
-        yield op
-        for inner in op.regions:
-            yield from walk(inner)
-
-
-def paths_read(fn: Function, kind: str) -> list[str]:
-    """Distinct paths of `kind` (`param`, `buffer`, `state`) the function reads, in walk order."""
-    seen: dict[str, None] = {}
-    for op in walk(fn.body):
-        if op.kind == kind:
-            seen.setdefault(str(op.attrs["path"]), None)
-    return list(seen)
 
 
 def read_contract(

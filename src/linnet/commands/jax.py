@@ -1,0 +1,57 @@
+"""`linnet jax` and `linnet stablehlo`: one entry as `jax.numpy` source or StableHLO text (18.3).
+
+Both check the file first (a program with errors prints its diagnostics and
+exits 1), then compile the entry with every generic bound
+(`linnet.pipeline.compile_entry`, as `inspect --ir` and `torch` do). `jax`
+prints the source `linnet.jax.load_source` runs; `stablehlo` prints the MLIR
+module `linnet.jax.load` compiles on XLA, with static shapes and the
+calling contract in its `linnet.*` attributes (`linnet.jax.stablehlo.export`).
+jax is imported only by these commands.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from linnet.errors import LinnetError
+
+if TYPE_CHECKING:
+    from linnet.ir.core import Function
+    from linnet.target import Target
+
+
+def _function(path: Path, target: Target, color: bool, command: str) -> Function | None:
+    from linnet.commands.compile import compile_target
+
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        raise LinnetError(
+            f"`linnet {command}` needs JAX: install it with `pip install 'linnet-lang[jax]'`"
+        ) from None
+    compiled = compile_target(path, target, True, color)
+    return None if compiled is None else compiled.function
+
+
+def show_jax(path: Path, target: Target, color: bool) -> int:
+    """Print the `jax.numpy` source generated for the target entry."""
+    fn = _function(path, target, color, "jax")
+    if fn is None:
+        return 1
+    from linnet.jax.codegen import generate
+
+    sys.stdout.write(generate(fn).source)
+    return 0
+
+
+def show_stablehlo(path: Path, target: Target, color: bool) -> int:
+    """Print the StableHLO text of the target entry."""
+    fn = _function(path, target, color, "stablehlo")
+    if fn is None:
+        return 1
+    from linnet.jax.stablehlo import export_stablehlo
+
+    sys.stdout.write(export_stablehlo(fn).text)
+    return 0

@@ -1,0 +1,29 @@
+"""The JAX backend: Linnet models as `jax.numpy` source, StableHLO text and XLA executables.
+
+Importing `linnet` never imports jax; importing `linnet.jax` does.
+
+- `load_source(source, generics=..., weights=...)` -> `LinnetJaxFunction`:
+  one entry as generated `jax.numpy` source under `jax.jit`, differentiable
+  with `jax.grad` / `jax.vjp` (`f.apply(parameters, *inputs)`), `while` as
+  `lax.while_loop`; `f.generated_source()` (what `linnet jax` prints).
+- `load(...)`: the same entry as its StableHLO text (`linnet stablehlo`),
+  parsed back and compiled by XLA once per input types; not differentiable.
+- `load_model(...)` -> `JaxModel`: every entry of the root block over one copy
+  of the weights, state kept on the device and donated to XLA between calls;
+  `mesh=` shards weights and caches over several devices (XLA partitions).
+- `export_stablehlo(fn)`: the StableHLO text and contract of a lowered function.
+
+Stateful entries are called `f(*inputs, state=mapping)` and return
+`(result, new_state)`. Numerics follow the shared contract (architecture.md
+"Backends"), tested against the NumPy reference interpreter op by op: every
+Linnet dtype is native to XLA; 64-bit dtypes run inside a scoped
+`jax.enable_x64(True)` (`linnet.jax.dtypes`), never by flipping the global flag.
+"""
+
+from __future__ import annotations
+
+from linnet.jax.load import LinnetJaxFunction, load, load_source
+from linnet.jax.model import JaxModel, load_model
+from linnet.jax.stablehlo import export_stablehlo
+
+__all__ = ["JaxModel", "LinnetJaxFunction", "export_stablehlo", "load", "load_model", "load_source"]

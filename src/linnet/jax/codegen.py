@@ -1,0 +1,382 @@
+"""Core IR function -> `jax.numpy` source (what `load_source` runs and `linnet jax` prints).
+
+Stage: backend. Input: a lowered, optimised `Function` (static shapes).
+Output: `Generated`: the Python source of one function and the callable it
+defines,
+
+    def entry(W, S, x, ...):   # W params/buffers by path, S state by path
+        ...                    # one assignment per op, jnp / lax calls
+        return [results], {state path: new value}
+
+Every op becomes one assignment: elementwise ops are `jnp` calls (which
+broadcast like the IR), `contract` is `lax.dot_general` at full precision,
+shape ops are `jnp`/`lax` calls with their static attributes spelled out, and
+the few ops whose Linnet semantics differ from one JAX call (integer
+division, float -> int casts, empty reductions, low-precision accumulation)
+call the helpers of `linnet.jax.kernels` (bound as `K`). `while` becomes
+`lax.while_loop` and `if` becomes `lax.cond`, with their regions as nested
+functions (which read enclosing values as closures); `call` ops are inlined
+with a comment naming the op. Constants are module globals `_c<n>` (NumPy
+arrays, embedded as XLA constants when traced).
+
+The function is pure, so it traces under `jax.jit`, `jax.grad` and
+`jax.vjp` (reverse-mode differentiation stops at `lax.while_loop`, a JAX
+rule). 64-bit dtypes need `jax_enable_x64`; the callers run it inside
+`linnet.jax.dtypes.x64_scope` when `Generated.x64` says so.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from linnet.errors import InternalError
+from linnet.ir.core import FLOAT_DTYPES, Function, Op, Region, Value
+from linnet.ir.regions import walk
+from linnet.jax import kernels as kernels_module
+from linnet.jax.dtypes import JNP_NAMES, needs_x64
+from linnet.records import record
+
+Entry = Callable[..., tuple[list[Any], dict[str, Any]]]
+
+_UNARY = {
+    "exp": "jnp.exp",
+    "log": "jnp.log",
+    "sqrt": "jnp.sqrt",
+    "rsqrt": "lax.rsqrt",
+    "sin": "jnp.sin",
+    "cos": "jnp.cos",
+    "tanh": "jnp.tanh",
+    "neg": "jnp.negative",
+    "not": "jnp.invert",
+}
+_BINARY = {
+    "add": "jnp.add",
+    "sub": "jnp.subtract",
+    "mul": "jnp.multiply",
+    "max": "jnp.maximum",
+    "min": "jnp.minimum",
+    "and": "jnp.bitwise_and",
+    "or": "jnp.bitwise_or",
+    "xor": "jnp.bitwise_xor",
+    "shl": "jnp.left_shift",
+    "shr": "jnp.right_shift",
+    "eq": "jnp.equal",
+    "ne": "jnp.not_equal",
+    "lt": "jnp.less",
+    "le": "jnp.less_equal",
+    "gt": "jnp.greater",
+    "ge": "jnp.greater_equal",
+}
+_REDUCE = {"max": "jnp.max", "min": "jnp.min", "any": "jnp.any", "all": "jnp.all"}
+
+
+@record
+class Generated:
+    """Generated source and its compiled entry for one function."""
+
+    source: str
+    entry: Entry
+    x64: bool
+
+
+def ints(op: Op, key: str) -> tuple[int, ...]:
+    value = op.attrs[key]
+    if not isinstance(value, tuple):
+        raise InternalError(f"op {op.kind}: attr {key} is not a tuple")
+    return tuple(int(v) for v in value)
+
+
+def _tuple(values: Sequence[object]) -> str:
+    items = ", ".join(str(v) for v in values)
+    return f"({items},)" if len(values) == 1 else f"({items})"
+
+
+class _Namer:
+    """Readable, unique Python names for values (`x`, `layers_0_q_weight`, `v12`)."""
+
+    def __init__(self) -> None:
+        self.names: dict[Value, str] = {}
+        self.taken: set[str] = {"jnp", "lax", "K", "W", "S", "np"}
+        self.count = 0
+
+    def __call__(self, value: Value) -> str:
+        found = self.names.get(value)
+        if found is None:
+            found = self.names[value] = self.fresh(value.name)
+        return found
+
+    def fresh(self, hint: str = "") -> str:
+        base = re.sub(r"\W+", "_", hint).strip("_")
+        if not base or not base.isidentifier() or keyword.iskeyword(base) or base[0].isdigit():
+            self.count += 1
+            base = f"v{self.count}"
+        name, n = base, 1
+        while name in self.taken:
+            n += 1
+            name = f"{base}_{n}"
+        self.taken.add(name)
+        return name
+
+
+class _Emitter:
+    """Writes the lines of the entry function (and its nested region functions)."""
+
+    def __init__(self, namer: _Namer, globals_: dict[str, Any]) -> None:
+        self.name = namer
+        self.globals = globals_
+        self.lines: list[str] = []
+        self.depth = 1
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def assign(self, op: Op, expression: str, comment: str = "", *, unpack: bool = False) -> None:
+        """`results = expression`; `unpack` when the expression is a tuple (loops, branches)."""
+        target = ", ".join(self.name(v) for v in op.results)
+        if unpack and len(op.results) == 1:
+            target += ","
+        suffix = f"  # {comment}" if comment else ""
+        self.line(f"{target} = {expression}{suffix}")
+
+    def region(self, region: Region) -> None:
+        for op in region.ops:
+            self.op(op)
+
+    def op(self, op: Op) -> None:
+        if op.kind in _UNARY or op.kind == "abs":
+            self.emit_unary(op)
+        elif op.kind in _BINARY or op.kind in ("div", "rem"):
+            self.emit_binary(op)
+        else:
+            handler = getattr(self, f"emit_{op.kind}", None)
+            if handler is None:
+                raise InternalError(f"the JAX backend has no rule for op {op.kind!r}")
+            handler(op)
+
+    def args(self, op: Op) -> list[str]:
+        return [self.name(v) for v in op.operands]
+
+    # -- sources ---------------------------------------------------------------------
+
+    def bind_global(self, op: Op, array: np.ndarray[Any, Any]) -> None:
+        name = f"_c{len(self.globals)}"
+        self.globals[name] = array
+        self.name.names[op.results[0]] = name
+        self.name.taken.add(name)
+
+    def emit_const(self, op: Op) -> None:
+        if op.results[0] in self.name.names:
+            return  # bound up front (`generate` binds every constant first)
+        value = op.attrs["value"]
+        assert isinstance(value, np.ndarray)
+        self.bind_global(op, value)
+
+    def emit_iota(self, op: Op) -> None:
+        t = op.results[0].type
+        self.assign(op, f"lax.iota({JNP_NAMES[t.dtype]}, {t.shape[0]})")
+
+    def emit_param(self, op: Op) -> None:
+        self.assign(op, f"W[{str(op.attrs['path'])!r}]")
+
+    emit_buffer = emit_param
+
+    def emit_state(self, op: Op) -> None:
+        self.assign(op, f"S[{str(op.attrs['path'])!r}]")
+
+    # -- elementwise -----------------------------------------------------------------
+
+    def emit_cast(self, op: Op) -> None:
+        source, target = op.operands[0].type.dtype, op.results[0].type.dtype
+        (x,) = self.args(op)
+        if source == target:
+            self.assign(op, f"jnp.asarray({x})")
+        elif target == "bool":
+            self.assign(op, f"K.to_bool({x})")
+        elif source in FLOAT_DTYPES and target not in FLOAT_DTYPES:
+            self.assign(op, f"K.float_to_int({x}, {target!r})")
+        else:
+            self.assign(op, f"lax.convert_element_type({x}, {JNP_NAMES[target]})")
+
+    def emit_unary(self, op: Op) -> None:
+        (x,) = self.args(op)
+        dtype = op.operands[0].type.dtype
+        if op.kind == "abs":
+            self.assign(op, f"jnp.asarray({x})" if dtype.startswith("u") else f"jnp.abs({x})")
+        else:
+            self.assign(op, f"{_UNARY[op.kind]}({x})")
+
+    def emit_binary(self, op: Op) -> None:
+        a, b = self.args(op)
+        dtype = op.operands[0].type.dtype
+        if op.kind == "div":
+            fn = "jnp.true_divide" if dtype in FLOAT_DTYPES else "K.int_div"
+        elif op.kind == "rem":
+            fn = "K.fmod" if dtype in FLOAT_DTYPES else "K.int_rem"
+        else:
+            fn = _BINARY[op.kind]
+        self.assign(op, f"{fn}({a}, {b})")
+
+    def emit_select(self, op: Op) -> None:
+        c, a, b = self.args(op)
+        self.assign(op, f"jnp.where({c}, {a}, {b})")
+
+    # -- shape ops -------------------------------------------------------------------
+
+    def emit_broadcast(self, op: Op) -> None:
+        (x,) = self.args(op)
+        self.assign(op, f"jnp.broadcast_to({x}, {_tuple(ints(op, 'shape'))})")
+
+    def emit_reshape(self, op: Op) -> None:
+        (x,) = self.args(op)
+        self.assign(op, f"jnp.reshape({x}, {_tuple(ints(op, 'shape'))})")
+
+    def emit_permute(self, op: Op) -> None:
+        (x,) = self.args(op)
+        self.assign(op, f"jnp.transpose({x}, {_tuple(ints(op, 'perm'))})")
+
+    def emit_slice(self, op: Op) -> None:
+        (x,) = self.args(op)
+        shape = op.operands[0].type.shape
+        starts: list[int] = []
+        stops: list[int] = []
+        for dim, start, stop in zip(shape, ints(op, "start"), ints(op, "stop"), strict=True):
+            stop = min(stop, dim)  # stop clamped (language.md 9.3)
+            starts.append(min(start, stop))
+            stops.append(stop)
+        steps = ints(op, "step")
+        if all(s == 1 for s in steps):
+            self.assign(op, f"lax.slice({x}, {_tuple(starts)}, {_tuple(stops)})")
+        else:
+            self.assign(op, f"lax.slice({x}, {_tuple(starts)}, {_tuple(stops)}, {_tuple(steps)})")
+
+    def emit_concat(self, op: Op) -> None:
+        xs = ", ".join(self.args(op))
+        self.assign(op, f"jnp.concatenate([{xs}], axis={op.attrs['axis']})")
+
+    def emit_cumsum(self, op: Op) -> None:
+        # In the operand's own dtype (language-extensions 5.2): jnp.cumsum widens integers.
+        (x,) = self.args(op)
+        self.assign(op, f"jnp.cumsum({x}, axis={op.attrs['axis']}, dtype={x}.dtype)")
+
+    def emit_gather(self, op: Op) -> None:
+        x, i = self.args(op)
+        self.assign(op, f"K.gather({x}, {i}, {op.attrs['axis']})")
+
+    def emit_take(self, op: Op) -> None:
+        self.assign(op, f"K.take({', '.join(self.args(op))})")
+
+    # -- reductions and contraction ------------------------------------------------------
+
+    def emit_reduce(self, op: Op) -> None:
+        t = op.operands[0].type
+        kind = str(op.attrs["kind"])
+        axes = ints(op, "axes")
+        (x,) = self.args(op)
+        if not axes:
+            self.assign(op, f"jnp.asarray({x})")
+        elif any(t.shape[a] == 0 for a in axes):
+            out = op.results[0].type
+            self.assign(op, f"K.empty_reduction({kind!r}, {t.dtype!r}, {_tuple(out.shape)})")
+        elif kind in ("sum", "prod"):
+            self.assign(op, f"K.reduce_{kind}({x}, {_tuple(axes)}, {t.dtype!r})")
+        else:
+            self.assign(op, f"{_REDUCE[kind]}({x}, axis={_tuple(axes)})")
+
+    def emit_contract(self, op: Op) -> None:
+        x, y = self.args(op)
+        dims = ", ".join(
+            _tuple(ints(op, k)) for k in ("lhs_batch", "rhs_batch", "lhs_contract", "rhs_contract")
+        )
+        dtype = op.operands[0].type.dtype
+        self.assign(op, f"K.contract({x}, {y}, {dims}, {dtype!r})")
+
+    # -- control flow and calls ----------------------------------------------------------
+
+    def nested(self, head: str, region: Region, unpack: str | None, results: str) -> None:
+        """A nested function `head` whose body is `region`."""
+        self.line(head)
+        self.depth += 1
+        if unpack is not None and region.args:
+            names = ", ".join(self.name(v) for v in region.args)
+            self.line(f"{names}{',' if len(region.args) == 1 else ''} = {unpack}")
+        self.region(region)
+        self.line(f"return {results}")
+        self.depth -= 1
+
+    def emit_while(self, op: Op) -> None:
+        cond, body = op.regions
+        cond_fn, body_fn = self.name.fresh("loop_cond"), self.name.fresh("loop_body")
+        self.nested(f"def {cond_fn}(carried):", cond, "carried", self.name(cond.results[0]))
+        self.nested(
+            f"def {body_fn}(carried):",
+            body,
+            "carried",
+            _tuple([self.name(v) for v in body.results]) if body.results else "()",
+        )
+        init = _tuple(self.args(op)) if op.operands else "()"
+        if op.results:
+            self.assign(op, f"lax.while_loop({cond_fn}, {body_fn}, {init})", unpack=True)
+        else:
+            self.line(f"lax.while_loop({cond_fn}, {body_fn}, {init})")
+
+    def emit_if(self, op: Op) -> None:
+        then, otherwise = op.regions
+        names = []
+        for branch, hint in ((then, "then"), (otherwise, "otherwise")):
+            fn = self.name.fresh(hint)
+            values = _tuple([self.name(v) for v in branch.results]) if branch.results else "()"
+            self.nested(f"def {fn}():", branch, None, values)
+            names.append(fn)
+        (c,) = self.args(op)
+        call = f"lax.cond({c}, {names[0]}, {names[1]})"
+        if op.results:
+            self.assign(op, call, unpack=True)
+        else:
+            self.line(call)
+
+    def emit_call(self, op: Op) -> None:
+        (body,) = op.regions
+        self.line(f"# {op.attrs['callee']}")
+        # Region values are SSA: arguments and results alias the caller's names.
+        for arg, operand in zip(body.args, op.operands, strict=True):
+            self.name.names[arg] = self.name(operand)
+        self.region(body)
+        for result, value in zip(op.results, body.results, strict=True):
+            if result in self.name.names:
+                self.line(f"{self.name(result)} = {self.name(value)}")
+            else:
+                self.name.names[result] = self.name(value)
+
+
+def generate(fn: Function) -> Generated:
+    """`jax.numpy` source for `fn` and the callable it defines (see the module docstring)."""
+    namer = _Namer()
+    globals_: dict[str, Any] = {"jnp": jnp, "lax": lax, "K": kernels_module, "np": np}
+    for name, value in fn.inputs:
+        namer.names[value] = namer.fresh(name)
+    # Constants first: globals shared by every nested function.
+    emitter = _Emitter(namer, globals_)
+    for op in walk(fn.body):
+        if op.kind == "const":
+            emitter.emit_const(op)
+    body = Region(fn.body.args, [op for op in fn.body.ops if op.kind != "const"], ())
+    main = _Emitter(namer, globals_)
+    main.region(body)
+    results = ", ".join(namer(v) for v in fn.results)
+    updates = ", ".join(f"{path!r}: {namer(v)}" for path, v in fn.state_updates.items())
+    main.line(f"return [{results}], {{{updates}}}")
+    signature = ", ".join(f"{name}: {value.type}" for name, value in fn.inputs)
+    inputs = "".join(f", {namer(v)}" for _, v in fn.inputs)
+    source = "\n".join(
+        [f"# entry {fn.name}({signature})", f"def entry(W, S{inputs}):", *main.lines, ""]
+    )
+    code = compile(source, f"<linnet jax {fn.name}>", "exec")
+    exec(code, globals_)
+    return Generated(source, globals_["entry"], needs_x64(fn))

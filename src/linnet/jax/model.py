@@ -1,0 +1,189 @@
+"""`linnet.jax.load_model`: every entry of a root block on XLA over one copy of the weights.
+
+Stage: the JAX backend's runtime object for serving (architecture.md
+"Backends"), the counterpart of `linnet.torch.LinnetModule` and
+`linnet.onnx.OnnxModel`. In: a source, generics and weights, as for
+`linnet.jax.load`. Out: a `JaxModel`:
+
+- the weights are placed on the device once and shared by every entry;
+- each entry runs its StableHLO text compiled by XLA, once per input types
+  (`linnet.jax.execute.StableHLORunner`);
+- the state members (language.md 12.6) live on the device between calls,
+  zeros at first; each call passes the current state in and keeps the next
+  state. The state an entry assigns is *donated* to XLA (`donate_argnums`),
+  so XLA writes the new value into the old buffer: a KV cache is updated in
+  place, not copied per token. The previous state arrays are consumed by the
+  call (read `model.state` again after a call, do not keep old references);
+- `run_entry(name, inputs)`, `model(*inputs)` for the default entry,
+  `state` (path -> device array), `reset_state()`;
+- `mesh=` shards the weights and caches over several devices and lets XLA's
+  partitioner split each entry (`mesh_sharding`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from linnet.errors import LinnetError
+from linnet.ir.bind import BoundModel
+from linnet.ir.core import TensorType, numpy_dtype
+from linnet.jax.load import (
+    LinnetJaxFunction,
+    Source,
+    WeightsSource,
+    bind_weights,
+    device_array,
+    device_parameters,
+)
+from linnet.pipeline import check_program
+from linnet.target import DEFAULT_ENTRY
+
+
+class JaxModel:
+    """A bound Linnet model on XLA (see the module docstring)."""
+
+    def __init__(
+        self, model: BoundModel, arrays: Mapping[str, np.ndarray[Any, Any]], mesh: Any = None
+    ) -> None:
+        self.model = model
+        self.present = frozenset(arrays)
+        self.mesh = mesh
+        self.sharding = None if mesh is None else mesh_sharding(mesh, model, self.present)
+        self.parameters = device_parameters(model, arrays, self.sharding)
+        module = model.program.graph.roots[0]
+        self._entries = {
+            name: LinnetJaxFunction(
+                model.program,
+                signature,
+                model=model,
+                module=module,
+                parameters=self.parameters,
+                stablehlo=True,
+                donate_state=True,
+                sharding=self.sharding,
+            )
+            for name, signature in model.entries.items()
+        }
+        self._state: dict[str, Any] = {}
+        self.reset_state()
+
+    @property
+    def entries(self) -> list[str]:
+        return list(self._entries)
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The current state by path (device arrays; a call consumes the ones it assigns)."""
+        return dict(self._state)
+
+    def reset_state(self) -> None:
+        """Every state member back to zeros (its value before the first call, 12.6)."""
+        self._state = {
+            path: device_array(
+                np.zeros(t.shape, numpy_dtype(t.dtype)),
+                t.dtype,
+                None if self.sharding is None else self.sharding(path, t),
+            )
+            for path, t in self.model.live_tensors(self.present, "state").items()
+        }
+
+    def default_entry(self) -> str:
+        """`forward`, or the only entry (11.1)."""
+        if DEFAULT_ENTRY in self._entries:
+            return DEFAULT_ENTRY
+        if len(self._entries) == 1:
+            return next(iter(self._entries))
+        listed = ", ".join(f"`{n}`" for n in self._entries) or "none"
+        raise LinnetError(f"the model has no `forward` entry; use run_entry (entries: {listed})")
+
+    def entry(self, name: str) -> LinnetJaxFunction:
+        found = self._entries.get(name)
+        if found is None:
+            listed = ", ".join(f"`{n}`" for n in self._entries) or "none"
+            raise LinnetError(f"the model has no entry `{name}` (entries: {listed})")
+        return found
+
+    def __call__(self, *inputs: Any, **named: Any) -> Any:
+        return self.run_entry(self.default_entry(), named or inputs)
+
+    def run_entry(
+        self,
+        name: str,
+        inputs: Sequence[Any] | Mapping[str, Any] = (),
+        generics: Mapping[str, object] | None = None,
+    ) -> Any:
+        """Run entry `name` on `inputs` (in order or by name), keeping its next state."""
+        fn = self.entry(name)
+        positional: Sequence[Any] = () if isinstance(inputs, Mapping) else inputs
+        named: Mapping[str, Any] = inputs if isinstance(inputs, Mapping) else {}
+        prepared = fn.prepare_for(positional, named, generics)
+        if not prepared.stateful:
+            return fn.run(self.parameters, positional, named, None, generics)
+        result, new_state = fn.run(self.parameters, positional, named, self._state, generics)
+        self._state.update(new_state)
+        return result
+
+    def stablehlo_text(self, name: str | None = None) -> str:
+        """The StableHLO text of the latest call of entry `name` (default entry)."""
+        return self.entry(name or self.default_entry()).stablehlo_text()
+
+
+def mesh_sharding(
+    mesh: Any, model: BoundModel, present: frozenset[str]
+) -> Callable[[str | None, TensorType], Any]:
+    """Where each argument lives on `mesh` (its first axis shards, XLA partitions the rest).
+
+    - params and buffers of rank 2 or more whose first axis the mesh axis
+      divides are split along it (rows of a `[Out, In]` weight, as Megatron's
+      column-parallel layers split them); the others are replicated;
+    - state of rank 4 whose axis 1 it divides (the key/value heads of a
+      `[Batch, KvHeads, MaxSeq, D]` cache) is split along that axis;
+    - entry inputs and results are replicated.
+    """
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    axis = mesh.axis_names[0]
+    size = int(mesh.shape[axis])
+    kinds = {path: t.kind for path, t in model.tensors.items()}
+
+    spec: Any = PartitionSpec  # untyped in jax's stubs
+    heads, rows, replicated = spec(None, axis), spec(axis), spec()
+
+    def sharding(path: str | None, t: TensorType) -> Any:
+        kind = kinds.get(path) if path is not None else None
+        if kind == "state" and t.rank == 4 and t.shape[1] % size == 0:
+            return NamedSharding(mesh, heads)
+        if kind in ("param", "buffer") and t.rank >= 2 and t.shape[0] % size == 0:
+            return NamedSharding(mesh, rows)
+        return NamedSharding(mesh, replicated)
+
+    return sharding
+
+
+def load_model(
+    source: Source,
+    *,
+    generics: Mapping[str, object] | None = None,
+    weights: WeightsSource | None = None,
+    root: str | None = None,
+    bindings: Any = None,
+    std_root: str | os.PathLike[str] | None = None,
+    cast_dtype: bool = False,
+    mesh: Any = None,
+) -> JaxModel:
+    """Every entry of the root block on XLA, over one copy of the weights (see `JaxModel`).
+
+    `mesh` (a `jax.sharding.Mesh`) shards the weights and the state over its
+    devices (`mesh_sharding` says how) and compiles each entry partitioned
+    over them by XLA; by default everything lives on JAX's default device.
+    """
+    from linnet.ir.bind import bind
+
+    program = check_program(source, std_root)
+    model = bind(program, root=root, generics=generics)
+    arrays = bind_weights(model, weights, bindings=bindings, cast_dtype=cast_dtype)
+    return JaxModel(model, arrays, mesh)

@@ -1,0 +1,310 @@
+"""Every Core IR op kind on the JAX backend against the NumPy reference interpreter.
+
+Each test builds a small function with `Builder`, runs it through the
+interpreter (the oracle), the generated `jax.numpy` source under `jax.jit`
+and the StableHLO text compiled by XLA, and compares: integers and bools bit
+for bit, floats within the contract (f32 1e-5 relative, 1e-6 absolute).
+Operands come as inputs and as constants. The cases are those of the PyTorch
+backend's op tests (`backend_cases`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from backend_cases import (
+    ARITH,
+    COMPARE,
+    FLOAT_DTYPES,
+    INTS,
+    SHAPE,
+    binary_operands,
+    cast_source,
+    const_first,
+    one_op,
+    random_array,
+    rng_for,
+    with_const,
+)
+from jax_support import MODES, check, check_together
+
+from linnet.ir.core import Builder, TensorType, numpy_dtype
+
+pytest.importorskip("jax")
+
+FLOATS = FLOAT_DTYPES
+ALL = ("bool", *INTS, *FLOATS)
+
+# -- unary ----------------------------------------------------------------------------------
+
+FLOAT_UNARY = ("exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("kind", FLOAT_UNARY)
+def test_float_unary(kind: str, dtype: str, mode: str) -> None:
+    rng = rng_for(kind, dtype)
+    low = 0.05 if kind in ("log", "sqrt", "rsqrt") else -3.0
+    x = random_array(rng, dtype, SHAPE, float_range=(low, 3.0))
+    check(one_op(kind, [TensorType(SHAPE, dtype)]), [x], mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [*INTS, *FLOATS])
+@pytest.mark.parametrize("kind", ["neg", "abs"])
+def test_numeric_unary(kind: str, dtype: str, mode: str) -> None:
+    x = random_array(rng_for(kind, dtype), dtype, SHAPE)
+    check(one_op(kind, [TensorType(SHAPE, dtype)]), [x], mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["bool", *INTS])
+def test_not(dtype: str, mode: str) -> None:
+    x = random_array(rng_for("not", dtype), dtype, SHAPE)
+    check(one_op("not", [TensorType(SHAPE, dtype)]), [x], mode)
+
+
+# -- binary ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [*INTS, *FLOATS])
+def test_numeric_binary(dtype: str, mode: str) -> None:
+    cases = []
+    for kind in ARITH + COMPARE:
+        a, b = binary_operands(kind, dtype)
+        types = [TensorType(a.shape, dtype), TensorType(b.shape, dtype)]
+        cases.append((one_op(kind, types), [a, b]))
+    check_together(cases, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["i32", "u8", "u32", "u64", "f32", "bf16"])
+def test_binary_with_constants(dtype: str, mode: str) -> None:
+    cases = []
+    for kind in ARITH + COMPARE:
+        a, b = binary_operands(kind, dtype)
+        scalar = b[:1].reshape(())
+        cases += [(with_const(kind, a, dtype, scalar), [a]), (with_const(kind, a, dtype, b), [a])]
+        if not (kind in ("div", "rem") and dtype in INTS):
+            cases.append((const_first(kind, a, dtype, scalar), [a]))
+    check_together(cases, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["bool", *INTS])
+@pytest.mark.parametrize("kind", ["and", "or", "xor", "eq", "ne"])
+def test_bitwise(kind: str, dtype: str, mode: str) -> None:
+    rng = rng_for(kind, dtype)
+    a, b = random_array(rng, dtype, SHAPE), random_array(rng, dtype, SHAPE)
+    types = [TensorType(SHAPE, dtype)] * 2
+    check(one_op(kind, types), [a, b], mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", INTS)
+@pytest.mark.parametrize("kind", ["shl", "shr"])
+def test_shifts_in_and_out_of_range(kind: str, dtype: str, mode: str) -> None:
+    rng = rng_for(kind, dtype)
+    width = numpy_dtype(dtype).itemsize * 8
+    x = random_array(rng, dtype, (4, 2 * width + 4))
+    amounts = np.arange(-2 if dtype.startswith("i") else 0, 2 * width + 2)[: x.shape[1]]
+    bits = np.resize(amounts, x.shape[1]).astype(numpy_dtype(dtype))
+    types = [TensorType(x.shape, dtype), TensorType(bits.shape, dtype)]
+    check(one_op(kind, types), [x, bits], mode)
+    check(with_const(kind, x, dtype, bits), [x], mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", INTS)
+@pytest.mark.parametrize("kind", ["div", "rem"])
+def test_integer_division_edges(kind: str, dtype: str, mode: str) -> None:
+    """Zero divisors give 0 and INT_MIN / -1 wraps (the reference's choices), without trapping."""
+    info = np.iinfo(numpy_dtype(dtype))
+    a = np.array([info.min, info.max, 7, -7 if info.min < 0 else 9, 0, 5], numpy_dtype(dtype))
+    b = np.array([-1 if info.min < 0 else 3, 0, -2 if info.min < 0 else 2, 2, 0, 0],
+                 numpy_dtype(dtype))  # fmt: skip
+    types = [TensorType(a.shape, dtype)] * 2
+    check(one_op(kind, types), [a, b], mode)
+    check(with_const(kind, a, dtype, b), [a], mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["u64", "u32"])
+def test_unsigned_division_large_values(dtype: str, mode: str) -> None:
+    rng = rng_for("udiv", dtype)
+    top = 2**64 - 1 if dtype == "u64" else 2**32 - 1
+    a = rng.integers(0, top, size=64, endpoint=True, dtype=numpy_dtype(dtype))
+    b = rng.integers(1, top, size=64, endpoint=True, dtype=numpy_dtype(dtype))
+    b[:16] = rng.integers(1, 1000, size=16)
+    a[:4] = [top, top - 1, 2**63 if dtype == "u64" else 2**31, 0]
+    b[4:8] = [top, 2**63 + 1 if dtype == "u64" else 2**31 + 1, 1, top - 1]
+    for kind in ("div", "rem", "max", "min", "lt", "ge", "shr"):
+        operand = b if kind != "shr" else (b % 70).astype(b.dtype)
+        check(one_op(kind, [TensorType(a.shape, dtype)] * 2), [a, operand], mode)
+
+
+# -- casts --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("source", ALL)
+def test_cast(source: str, mode: str) -> None:
+    cases = []
+    for target in ALL:
+        x = cast_source(rng_for("cast", source, target), source, target)
+        fn = one_op("cast", [TensorType(x.shape, source)], result=TensorType(x.shape, target))
+        cases.append((fn, [x]))
+    check_together(cases, mode)
+
+
+# -- select and shape ops -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["bool", "i8", "u64", "bf16", "f32"])
+def test_select(dtype: str, mode: str) -> None:
+    rng = rng_for("select", dtype)
+    c = random_array(rng, "bool", (3, 1))
+    a, b = random_array(rng, dtype, (3, 4)), random_array(rng, dtype, (4,))
+    types = [TensorType(c.shape, "bool"), TensorType(a.shape, dtype), TensorType(b.shape, dtype)]
+    check(one_op("select", types), [c, a, b], mode)
+    # a constant scalar branch, as masks write it
+    bb = Builder.for_function(
+        [("c", TensorType(c.shape, "bool")), ("a", TensorType(a.shape, dtype))]
+    )
+    out = bb.select(bb.args[0], bb.args[1], bb.const(b[0], dtype))
+    out2 = bb.select(bb.args[0], bb.const(b[1], dtype), bb.args[1])
+    check(bb.finish_function("s", [out, out2]), [c, a], mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_shape_ops(mode: str) -> None:
+    rng = rng_for("shape")
+    x = random_array(rng, "f32", (2, 3, 4))
+    b = Builder.for_function([("x", TensorType(x.shape, "f32"))])
+    (v,) = b.args
+    outs = [
+        b.broadcast(b.reshape(v, (2, 1, 12)), (5, 2, 3, 12)),
+        b.permute(v, (2, 0, 1)),
+        b.slice(v, (0, 1, 0), (2, 3, 4), (1, 1, 2)),
+        b.slice(v, (1, 0, 1), (9, 3, 7), (1, 2, 3)),  # stop clamped (language.md 9.3)
+        b.slice(v, (0, 3, 0), (2, 3, 4)),  # empty
+        b.concat([v, v, b.slice(v, (0, 0, 0), (2, 3, 1))], 2),
+        b.concat([v, v], 0),
+        b.reshape(b.slice(v, (0, 0, 0), (1, 1, 1)), ()),
+    ]
+    check(b.finish_function("shapes", outs), [x], mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("index_dtype", ["i32", "i64", "u8", "u32", "i8"])
+def test_gather(index_dtype: str, mode: str) -> None:
+    rng = rng_for("gather", index_dtype)
+    x = random_array(rng, "f32", (4, 5, 6))
+    cases = []
+    for axis in range(3):
+        for shape in [(), (3,), (2, 3)]:
+            idx = rng.integers(0, x.shape[axis], size=shape).astype(numpy_dtype(index_dtype))
+            fn = one_op(
+                "gather",
+                [TensorType(x.shape, "f32"), TensorType(idx.shape, index_dtype)],
+                {"axis": axis},
+            )
+            cases.append((fn, [x, idx]))
+    check_together(cases, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_take(mode: str) -> None:
+    rng = rng_for("take")
+    x = random_array(rng, "i16", (4, 5, 6))
+    i0 = rng.integers(0, 4, size=(2, 1)).astype(np.int32)
+    i1 = rng.integers(0, 5, size=(3,)).astype(np.int64)
+    i2 = rng.integers(0, 6, size=()).astype(np.uint8)
+    types = [TensorType(x.shape, "i16"), TensorType(i0.shape, "i32"),
+             TensorType(i1.shape, "i64"), TensorType(i2.shape, "u8")]  # fmt: skip
+    check(one_op("take", types), [x, i0, i1, i2], mode)
+    scalar = np.array(3.5, np.float32)
+    check(one_op("take", [TensorType((), "f32")]), [scalar], mode)
+
+
+# -- reductions and contraction ---------------------------------------------------------------
+
+REDUCE_AXES = [(), (0,), (1,), (2,), (0, 2), (0, 1, 2)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["i8", "i32", "u16", "u64", "f16", "bf16", "f32", "f64"])
+@pytest.mark.parametrize("kind", ["sum", "prod", "max", "min"])
+def test_reduce_numeric(kind: str, dtype: str, mode: str) -> None:
+    rng = rng_for("reduce", kind, dtype)
+    low, high = (0.5, 1.5) if kind == "prod" else (-4.0, 4.0)
+    x = random_array(rng, dtype, (3, 4, 5), float_range=(low, high))
+    cases = [
+        (one_op("reduce", [TensorType(x.shape, dtype)], {"kind": kind, "axes": axes}), [x])
+        for axes in REDUCE_AXES
+    ]
+    check_together(cases, mode, scale=4.0 if dtype in ("f16", "bf16") else 1.0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", ["any", "all"])
+def test_reduce_bool(kind: str, mode: str) -> None:
+    x = random_array(rng_for(kind), "bool", (3, 4, 5))
+    for axes in REDUCE_AXES:
+        check(one_op("reduce", [TensorType(x.shape, "bool")], {"kind": kind, "axes": axes}),
+              [x], mode)  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["bool", "i32", "u64", "f32", "bf16"])
+def test_reduce_empty_axes(dtype: str, mode: str) -> None:
+    """Reducing a zero-length axis gives the identities of language.md 8.6."""
+    x = np.zeros((3, 0, 2), numpy_dtype(dtype))
+    kinds = ["any", "all"] if dtype == "bool" else ["sum", "prod", "max", "min"]
+    for kind in kinds:
+        for axes in [(1,), (0, 1)]:
+            check(one_op("reduce", [TensorType(x.shape, dtype)], {"kind": kind, "axes": axes}),
+                  [x], mode)  # fmt: skip
+
+
+CONTRACTS = [
+    # lhs shape, rhs shape, lhs_batch, rhs_batch, lhs_contract, rhs_contract
+    ((3, 4), (4, 5), (), (), (1,), (0,)),
+    ((2, 3, 4), (5, 4), (), (), (2,), (1,)),  # F.linear form
+    ((4,), (5, 4), (), (), (0,), (1,)),  # vector . matrix^T
+    ((4,), (4,), (), (), (0,), (0,)),  # dot
+    ((3,), (5,), (), (), (), ()),  # outer
+    ((2, 3, 4), (2, 4, 5), (0,), (0,), (2,), (1,)),  # batched
+    ((2, 6, 3, 4), (2, 6, 5, 4), (0, 1), (0, 1), (3,), (3,)),  # attention scores
+    ((3, 2, 4, 5), (5, 2, 4), (1,), (1,), (2, 3), (2, 0)),  # batch in the middle, two contractions
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["i8", "i32", "u32", "u64", "f16", "bf16", "f32", "f64"])
+def test_contract(dtype: str, mode: str) -> None:
+    cases = []
+    for case, (lhs_shape, rhs_shape, lb, rb, lc, rc) in enumerate(CONTRACTS):
+        rng = rng_for("contract", case, dtype)
+        a = random_array(rng, dtype, lhs_shape, float_range=(-1.0, 1.0))
+        b = random_array(rng, dtype, rhs_shape, float_range=(-1.0, 1.0))
+        attrs = {"lhs_batch": lb, "rhs_batch": rb, "lhs_contract": lc, "rhs_contract": rc}
+        fn = one_op("contract", [TensorType(a.shape, dtype), TensorType(b.shape, dtype)], attrs)
+        cases.append((fn, [a, b]))
+    check_together(cases, mode, scale=4.0 if dtype in ("f16", "bf16") else 1.0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["u8", "i16", "u16", "i64", "f32"])
+def test_iota_and_const(dtype: str, mode: str) -> None:
+    b = Builder.for_function([])
+    value = random_array(rng_for("const", dtype), dtype, (2, 3))
+    outs = [
+        b.iota(7, dtype),
+        b.const(value, dtype),
+        b.binary("add", b.iota(3, dtype), b.iota(3, dtype)),
+    ]
+    check(b.finish_function("sources", outs), [], mode)
