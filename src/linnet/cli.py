@@ -95,6 +95,7 @@ _TARGET_OPTIONS = """\
 """
 
 # `linnet <command> --help`: each command's own usage (18.2), on stdout.
+_GRAD_OPTION = "  --grad          the loss and its gradients (language-extensions 6)\n"
 _MODEL_HELP = (
     "  --source FILE   the decoder's Linnet source\n"
     "  --weights W     its SafeTensors file or folder\n"
@@ -136,21 +137,23 @@ COMMAND_HELP: dict[str, str] = {
     "                  which implementations may replace a library op (default: equivalent)\n"
     "  --no-optimize   skip the Core IR optimisation passes\n" + _STD_OPTION,
     "torch": "usage: linnet torch [--entry NAME] [--bind G=V]... [--root BLOCK]\n"
-    "                    [--optionals present|absent] [--std DIR] FILE\n\n"
+    "                    [--optionals present|absent] [--grad] [--std DIR] FILE\n\n"
     "Print the PyTorch source generated for one entry, every generic bound.\n\noptions:\n"
     + _TARGET_OPTIONS
+    + _GRAD_OPTION
     + _STD_OPTION,
     "jax": "usage: linnet jax [--entry NAME] [--bind G=V]... [--root BLOCK]\n"
-    "                  [--optionals present|absent] [--std DIR] FILE\n\n"
+    "                  [--optionals present|absent] [--grad] [--std DIR] FILE\n\n"
     "Print the jax.numpy source generated for one entry, every generic bound\n"
     "(what linnet.jax.load_source runs under jax.jit).\n\noptions:\n"
     + _TARGET_OPTIONS
+    + _GRAD_OPTION
     + _STD_OPTION,
     "stablehlo": "usage: linnet stablehlo [--entry NAME] [--bind G=V]... [--root BLOCK]\n"
-    "                        [--optionals present|absent] [--std DIR] FILE\n\n"
+    "                        [--optionals present|absent] [--grad] [--std DIR] FILE\n\n"
     "Print one entry as StableHLO MLIR text with static shapes; the calling contract\n"
     "(inputs, params by path, state in and out) is in the module's linnet.* attributes.\n\n"
-    "options:\n" + _TARGET_OPTIONS + _STD_OPTION,
+    "options:\n" + _TARGET_OPTIONS + _GRAD_OPTION + _STD_OPTION,
     "onnx": "usage: linnet onnx [--entry NAME] [--bind G=V]... [--root BLOCK]\n"
     "                   [--optionals present|absent] [--provider cpu|cuda] [--fused]\n"
     "                   [--grad] [--dynamic G,G...] [--output FILE] [--std DIR] FILE\n\n"
@@ -466,7 +469,8 @@ def _run_torch(invocation: Invocation) -> int:
     from linnet.commands.compile import show_torch
 
     path = _one_file(invocation, "`torch` takes exactly one file")
-    return show_torch(path, _target(invocation), _color_for(sys.stderr, invocation))
+    grad = "--grad" in invocation.flags
+    return show_torch(path, _target(invocation), _color_for(sys.stderr, invocation), grad)
 
 
 # -- jax / stablehlo ---------------------------------------------------------------------
@@ -478,7 +482,8 @@ def _run_jax(invocation: Invocation) -> int:
     command = invocation.command
     path = _one_file(invocation, f"`{command}` takes exactly one file")
     show = show_jax if command == "jax" else show_stablehlo
-    return show(path, _target(invocation), _color_for(sys.stderr, invocation))
+    grad = "--grad" in invocation.flags
+    return show(path, _target(invocation), _color_for(sys.stderr, invocation), grad)
 
 
 # -- onnx ------------------------------------------------------------------------------
@@ -651,16 +656,19 @@ _COMMANDS: dict[str, CommandSpec] = {
     ),
     "torch": CommandSpec(
         _run_torch,
+        frozenset({"--grad"}),
         valued=frozenset({"--std", "--entry", "--root", "--optionals"}),
         repeated=frozenset({"--bind"}),
     ),
     "jax": CommandSpec(
         _run_jax,
+        frozenset({"--grad"}),
         valued=frozenset({"--std", "--entry", "--root", "--optionals"}),
         repeated=frozenset({"--bind"}),
     ),
     "stablehlo": CommandSpec(
         _run_jax,
+        frozenset({"--grad"}),
         valued=frozenset({"--std", "--entry", "--root", "--optionals"}),
         repeated=frozenset({"--bind"}),
     ),

@@ -199,3 +199,40 @@ def test_cli_grad(tmp_path) -> None:
     assert done.returncode == 0, done.stderr
     model = onnx.load(out)
     assert [o.name for o in model.graph.output] == ["loss", "grad0", "grad1"]
+
+
+def test_cli_grad_on_the_other_exporters(tmp_path) -> None:
+    """`linnet torch|jax|stablehlo --grad`: the same gradients, named by GRADIENTS / an attribute."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    source = tmp_path / "objective.linnet"
+    source.write_text(ELEMENTWISE)
+    args = ["--grad", "--entry", "objective", "--bind", "N=5", str(source)]
+
+    def cli(command: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "linnet", command, *args], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    module_path = tmp_path / "objective_grad.py"
+    module_path.write_text(cli("torch"))
+    spec = importlib.util.spec_from_file_location("objective_grad", module_path)
+    assert spec is not None and spec.loader is not None
+    generated = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generated)  # the source linnet itself just generated
+    assert generated.GRADIENTS == ["a", "b"]
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal(5), rng.standard_normal(5)
+    results, _ = generated.run(
+        {}, {}, torch.tensor(a), torch.tensor(b), torch.tensor(2, dtype=torch.int32)
+    )
+    expected = _autograd_module_entry(ELEMENTWISE, "objective", [a, b, np.array(2, np.int32)])
+    for got, want in zip(results, expected, strict=True):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-12)
+
+    assert "GRADIENTS = ['a', 'b']" in cli("jax")
+    assert 'linnet.gradients = ["a", "b"]' in cli("stablehlo")

@@ -18,6 +18,7 @@ from linnet.diagnostics import render_human
 from linnet.errors import LinnetError
 
 if TYPE_CHECKING:
+    from linnet.ir.core import Function
     from linnet.pipeline import Compiled
     from linnet.target import Target
 
@@ -33,7 +34,22 @@ def show_ir(path: Path, target: Target, optimize: bool, color: bool) -> int:
     return 0
 
 
-def show_torch(path: Path, target: Target, color: bool) -> int:
+def differentiated(compiled: Compiled) -> tuple[Function, list[str]]:
+    """`--grad`: the entry's loss and gradients (`linnet.ir.grad`), and what each is of."""
+    from linnet.ir.grad import differentiate_entry
+    from linnet.pipeline import optimize
+
+    r = compiled.resolved
+    fn, names = differentiate_entry(compiled.function, r.model, r.present)
+    return optimize(fn), names
+
+
+def gradients_line(names: list[str]) -> str:
+    """The `GRADIENTS = [...]` line generated Python defines (language-extensions 6.2)."""
+    return f"GRADIENTS = {names!r}  # what each result after the loss is the gradient of\n"
+
+
+def show_torch(path: Path, target: Target, color: bool, grad: bool = False) -> int:
     """Print the PyTorch source generated for the target entry (weights hoisted)."""
     compiled = compile_target(path, target, True, color)
     if compiled is None:
@@ -50,9 +66,12 @@ def show_torch(path: Path, target: Target, color: bool) -> int:
     # The meta device: constants and iotas the source refers to are never
     # allocated (H = 2**40 prints as it would for H = 8, not a terabyte of arange);
     # the standalone module spells constants from the IR, not from tensors.
-    generated = generate(compiled.function, torch.device("meta"), hoist_weights=True)
+    fn, names = differentiated(compiled) if grad else (compiled.function, None)
+    generated = generate(fn, torch.device("meta"), hoist_weights=True)
     title = f"entry `{compiled.function.name}` of {path.name}"
     sys.stdout.write(standalone_source(generated, title))
+    if names is not None:
+        sys.stdout.write("\n" + gradients_line(names))
     return 0
 
 

@@ -22,8 +22,10 @@ if TYPE_CHECKING:
     from linnet.target import Target
 
 
-def _function(path: Path, target: Target, color: bool, command: str) -> Function | None:
-    from linnet.commands.compile import compile_target
+def _function(
+    path: Path, target: Target, color: bool, command: str, grad: bool = False
+) -> tuple[Function, list[str] | None] | None:
+    from linnet.commands.compile import compile_target, differentiated
 
     try:
         import jax  # noqa: F401
@@ -32,26 +34,33 @@ def _function(path: Path, target: Target, color: bool, command: str) -> Function
             f"`linnet {command}` needs JAX: install it with `pip install 'linnet-lang[jax]'`"
         ) from None
     compiled = compile_target(path, target, True, color)
-    return None if compiled is None else compiled.function
+    if compiled is None:
+        return None
+    return differentiated(compiled) if grad else (compiled.function, None)
 
 
-def show_jax(path: Path, target: Target, color: bool) -> int:
+def show_jax(path: Path, target: Target, color: bool, grad: bool = False) -> int:
     """Print the `jax.numpy` source generated for the target entry."""
-    fn = _function(path, target, color, "jax")
-    if fn is None:
+    found = _function(path, target, color, "jax", grad)
+    if found is None:
         return 1
+    from linnet.commands.compile import gradients_line
     from linnet.jax.codegen import generate
 
+    fn, names = found
     sys.stdout.write(generate(fn).source)
+    if names is not None:
+        sys.stdout.write("\n" + gradients_line(names))
     return 0
 
 
-def show_stablehlo(path: Path, target: Target, color: bool) -> int:
+def show_stablehlo(path: Path, target: Target, color: bool, grad: bool = False) -> int:
     """Print the StableHLO text of the target entry."""
-    fn = _function(path, target, color, "stablehlo")
-    if fn is None:
+    found = _function(path, target, color, "stablehlo", grad)
+    if found is None:
         return 1
     from linnet.jax.stablehlo import export_stablehlo
 
-    sys.stdout.write(export_stablehlo(fn).text)
+    fn, names = found
+    sys.stdout.write(export_stablehlo(fn, gradients=names).text)
     return 0

@@ -136,13 +136,15 @@ def export_stablehlo(
     generated: Generated | None = None,
     *,
     sharding: Callable[[str | None, TensorType], Any] | None = None,
+    gradients: Sequence[str] | None = None,
 ) -> StableHLO:
     """The StableHLO module of `fn` (see the module docstring), for JAX's default backend.
 
     `sharding(path, type)` gives the `jax.sharding.Sharding` of each argument
     (`path` None for an entry input) when the module is partitioned over a
     mesh: the next state gets its state's sharding, results are replicated,
-    and XLA's partitioner (GSPMD) places the rest.
+    and XLA's partitioner (GSPMD) places the rest. `gradients` (a `--grad` export) names
+    what each result after the loss is the gradient of: the `linnet.gradients` attribute.
     """
     generated = generated or generate(fn)
     contract = contract_of(fn)
@@ -174,6 +176,8 @@ def export_stablehlo(
             ir.IntegerType.get_signless(64), contract.results
         )
         attributes["linnet.next_state"] = _strings(contract.next_state)
+        if gradients is not None:
+            attributes["linnet.gradients"] = _strings(gradients)
     text = str(module.operation.get_asm(enable_debug_info=False))
     return StableHLO(text, contract, types, generated.x64, exported)
 
