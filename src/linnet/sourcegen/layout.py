@@ -18,7 +18,7 @@ path to the stored name, which is what `bindings.json` records.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Literal
 
 from linnet.sourcegen import build
@@ -93,16 +93,19 @@ class Layout:
         paths: dict[str, str],
         root_name: str = "Model",
         state: Collection[str] = (),
+        type_names: Mapping[str, str] | None = None,
     ) -> Layout:
         """Lay out `stored` tensors (name, shape, dtype) by their dotted names;
-        those named in `state` become `state` members."""
+        those named in `state` become `state` members. `type_names` maps a block's
+        dotted path (`model.layers.0`) to the name its type takes (a torch module
+        class); other types are named after their member."""
         layout = cls(root_name)
         for name, shape, dtype in stored:
             segments = _segments(paths.get(name, name))
             kind: LeafKind = "state" if name in state else "param"
             layout._insert(layout.root, segments, Leaf(name, shape, dtype, kind))
         _settle(layout.root, "")
-        _name_types(layout.root)
+        _name_types(layout.root, type_names or {})
         layout._record(layout.root, [])
         return layout
 
@@ -241,7 +244,7 @@ def _singular(name: str) -> str:
     return name
 
 
-def _name_types(root: Tree) -> None:
+def _name_types(root: Tree, type_names: Mapping[str, str]) -> None:
     """Give every block type a name; one structure, one type."""
     by_signature: dict[object, str] = {}
     members: set[str] = set()
@@ -256,10 +259,11 @@ def _name_types(root: Tree) -> None:
     # A type named like a member would be shadowed by it inside its parent (E1208).
     namer = Namer({root.type_name, *members})
 
-    def visit(tree: Tree, member: str) -> None:
+    def visit(tree: Tree, member: str, path: str) -> None:
         for key, child in tree.children.items():
             if isinstance(child, Tree):
-                visit(child, _singular(member) if tree.array else key)
+                inner = f"{path}.{key}" if path else key
+                visit(child, _singular(member) if tree.array else key, inner)
         if tree is root:
             return
         if tree.array:
@@ -268,12 +272,13 @@ def _name_types(root: Tree) -> None:
         sig = tree.signature()
         existing = by_signature.get(sig)
         if existing is None:
-            base = pascal(member)
+            hinted = type_names.get(path)
+            base = pascal(hinted or member)
             existing = namer.fresh(base + "Block" if base in members else base)
             by_signature[sig] = existing
         tree.type_name = existing
 
-    visit(root, "")
+    visit(root, "", "")
 
 
 def method_scope_members(layout: Layout) -> frozenset[str]:
