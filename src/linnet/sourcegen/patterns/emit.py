@@ -5,7 +5,8 @@ recovered chain becomes one standard-library call whatever framework it came
 from: `rms_norm(x, weight, eps)`, `silu(x)`, `gelu(x)`, `gelu_erf(x)`,
 `softmax(x)` (over the last axis; another axis is permuted there and back),
 `layer_norm(x, weight, some(bias), eps)` (a missing weight written as ones),
-and the attention and rotary nodes of `linnet.sourcegen.patterns.attention`.
+`table[ids[i, j], k]` for a row lookup whose ids are never negative
+(`linnet::lookup`: torch's `embedding`), and the attention and rotary nodes of `linnet.sourcegen.patterns.attention`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def install(registry: Registry) -> None:
     registry.add("linnet", "softmax", softmax)
     registry.add("linnet", "rms_norm", rms_norm)
     registry.add("linnet", "layer_norm", layer_norm)
+    registry.add("linnet", "lookup", lookup)
     from linnet.sourcegen.patterns import attention
 
     attention.install(registry)
@@ -70,6 +72,21 @@ def softmax(ctx: Context) -> None:
         "permute", build.call(fn, moved), build.shape([build.int_lit(p) for p in inverse])
     )
     ctx.output(0, ctx.let(back, x.shape, x.dtype, "softmax"))
+
+
+def lookup(ctx: Context) -> None:
+    """Rows of `table` [N, *F] at `ids` [*S] (each in 0..N; no wrap of negative ids)."""
+    table, ids = ctx.need(0), ctx.need(1)
+    if table.rank < 1 or ids.dtype not in ("i32", "i64"):
+        raise Unsupported("a lookup needs a table of rank 1 or more and integer ids")
+    idx = ctx.indices(ids.rank + table.rank - 1)
+    outer, inner = idx[: ids.rank], idx[ids.rank :]
+    position = (
+        build.index(ctx.ref(ids), [build.name(i) for i in outer]) if ids.rank else ctx.ref(ids)
+    )
+    body = build.index(ctx.ref(table), [position, *(build.name(i) for i in inner)])
+    shape = (*ids.shape, *table.shape[1:])
+    ctx.output(0, ctx.comprehension(idx, body, shape, table.dtype, "rows"))
 
 
 def rms_norm(ctx: Context) -> None:
