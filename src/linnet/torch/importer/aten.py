@@ -203,10 +203,11 @@ def aten_graph(cap: Capture, scopes: dict[str, str]) -> tuple[Graph, list[Untran
     """The importer graph of `cap` and the nodes it could not translate."""
     b = Builder(cap)
     g = b.graph
-    for name, path in cap.weights.items():
+    for path in cap.weights.values():
         g.initializers[path] = _numpy(cap.tensors[path])
     fx_graph = cap.program.graph_module.graph
     live = _live(fx_graph)
+    dead: set[fx.Node] = set()
     for node in fx_graph.nodes:
         if node not in live:
             continue  # computes nothing the results read (a pooled output not returned)
@@ -235,7 +236,8 @@ def aten_graph(cap: Capture, scopes: dict[str, str]) -> tuple[Graph, list[Untran
                 b.names[node] = node.name
             continue
         if node.op == "output":
-            _outputs(b, node)
+            if not b.untranslated:
+                _outputs(b, node)
             continue
         if node.op != "call_function":
             b.untranslated.append(
@@ -246,6 +248,13 @@ def aten_graph(cap: Capture, scopes: dict[str, str]) -> tuple[Graph, list[Untran
             continue  # materialised as a constant where a translated node reads it
         target = str(node.target)
         if target in _DROPPED:
+            continue
+        if any(d in dead for d in node.all_input_nodes):
+            dead.add(node)  # downstream of a refused node: its cause is reported
+            if _key(node) not in ATEN and target not in _DROPPED:
+                b.untranslated.append(Untranslated(node.name, target,
+                                                   "no translation for this operator",
+                                                   source_line(node)))  # fmt: skip
             continue
         b.scope = _scope(node, scopes)
         b.where = source_line(node)
@@ -262,6 +271,7 @@ def aten_graph(cap: Capture, scopes: dict[str, str]) -> tuple[Graph, list[Untran
             fn(b, node)
         except Skip as exc:
             del g.nodes[mark:]
+            dead.add(node)
             b.untranslated.append(Untranslated(node.name, target, str(exc), source_line(node)))
     return g, b.untranslated
 
@@ -280,7 +290,7 @@ def _live(graph: fx.Graph) -> set[fx.Node]:
 
 
 def _outputs(b: Builder, node: fx.Node) -> None:
-    (results,) = node.args
+    (results,) = _a(node)
     flat = list(results) if isinstance(results, list | tuple) else [results]
     user = b.cap.program.graph_signature.user_outputs
     for i, r in enumerate(flat):
@@ -339,6 +349,15 @@ def _linnet(b: Builder, node: fx.Node, op: str, inputs: Sequence[str], **attrs: 
     return name
 
 
+def _a(node: fx.Node) -> list[Any]:
+    """The node's positional arguments (FX types them as a union; handlers check them)."""
+    return list(node.args)
+
+
+def _k(node: fx.Node) -> dict[str, Any]:
+    return dict(node.kwargs)
+
+
 def _alias(b: Builder, node: fx.Node, arg: Any) -> None:
     b.names[node] = b.value(arg)
 
@@ -395,8 +414,8 @@ def _onnx_dtype(dtype: str) -> int:
 
 def _binary(op: str) -> Callable[[Builder, fx.Node], None]:
     def fn(b: Builder, node: fx.Node) -> None:
-        x, y = node.args[0], node.args[1]
-        alpha = node.kwargs.get("alpha", 1)
+        x, y = _a(node)[0], _a(node)[1]
+        alpha = _k(node).get("alpha", 1)
         dtype, _ = _out(b, node)
         compare = op in ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or")
         want = _common_dtype(b, node) if compare else dtype
@@ -417,13 +436,13 @@ def _binary(op: str) -> Callable[[Builder, fx.Node], None]:
 
 def _common_dtype(b: Builder, node: fx.Node) -> str | None:
     """The dtype two compared operands meet at (torch's promotion, from the operands)."""
-    dtypes = [b.info(a).dtype for a in node.args[:2] if isinstance(a, fx.Node)]
+    dtypes = [b.info(a).dtype for a in _a(node)[:2] if isinstance(a, fx.Node)]
     if not dtypes:
         return None
     floats = [d for d in dtypes if d and d.startswith(("f", "bf"))]
     if floats:
         return floats[0]
-    if any(isinstance(a, float) for a in node.args[:2]):
+    if any(isinstance(a, float) for a in _a(node)[:2]):
         return "f32"
     return dtypes[0]
 
@@ -439,16 +458,26 @@ def _operand_like(b: Builder, node: fx.Node, arg: Any, dtype: str | None) -> str
 
 def _unary(op: str) -> Callable[[Builder, fx.Node], None]:
     def fn(b: Builder, node: fx.Node) -> None:
-        _result(b, node, op, [b.value(node.args[0])])
+        _result(b, node, op, [b.value(_a(node)[0])])
 
     return fn
 
 
 def _linnet_unary(op: str) -> Callable[[Builder, fx.Node], None]:
     def fn(b: Builder, node: fx.Node) -> None:
-        _linnet(b, node, op, [b.value(node.args[0])])
+        _linnet(b, node, op, [b.value(_a(node)[0])])
 
     return fn
+
+
+def _static(dims: Sequence[DimLike]) -> list[int]:
+    """`dims` as sizes; a symbolic or unknown extent refuses the node."""
+    out: list[int] = []
+    for d in dims:
+        if not isinstance(d, int):
+            raise Skip(f"a symbolic extent `{d}` where a size is needed")
+        out.append(d)
+    return out
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -460,19 +489,19 @@ def _axis(axis: int, rank: int) -> int:
 
 def _rsqrt(b: Builder, node: fx.Node) -> None:
     dtype, shape = _out(b, node)
-    root = b.emit("Sqrt", [b.value(node.args[0])], dtype, shape)
+    root = b.emit("Sqrt", [b.value(_a(node)[0])], dtype, shape)
     _result(b, node, "Reciprocal", [root])
 
 
 def _pow(b: Builder, node: fx.Node) -> None:
-    x, y = node.args[0], node.args[1]
+    x, y = _a(node)[0], _a(node)[1]
     if not isinstance(x, fx.Node):
         raise Skip("a number raised to a tensor power")
     _result(b, node, "Pow", [b.value(x), _operand(b, node, y, None)])
 
 
 def _div(b: Builder, node: fx.Node) -> None:
-    mode = node.kwargs.get("rounding_mode")
+    mode = _k(node).get("rounding_mode")
     if mode is not None:
         raise Skip(f"division with rounding_mode={mode!r}")
     _binary("Div")(b, node)
@@ -480,11 +509,11 @@ def _div(b: Builder, node: fx.Node) -> None:
 
 def _reduce(op: str) -> Callable[[Builder, fx.Node], None]:
     def fn(b: Builder, node: fx.Node) -> None:
-        x = node.args[0]
+        x = _a(node)[0]
         rank = len(b.info(x).shape or ())
-        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-        keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-        if node.kwargs.get("dtype") is not None:
+        dims = _a(node)[1] if len(_a(node)) > 1 else _k(node).get("dim")
+        keep = _a(node)[2] if len(_a(node)) > 2 else _k(node).get("keepdim", False)
+        if _k(node).get("dtype") is not None:
             raise Skip("a reduction with a dtype")
         axes = (
             list(range(rank))
@@ -501,7 +530,7 @@ def _amax(b: Builder, node: fx.Node) -> None:
 
 
 def _cast(b: Builder, node: fx.Node) -> None:
-    x = node.args[0]
+    x = _a(node)[0]
     dtype, _ = _out(b, node)
     if dtype is None:
         raise Skip("a dtype Linnet lacks")
@@ -513,19 +542,19 @@ def _cast(b: Builder, node: fx.Node) -> None:
 
 
 def _identity(b: Builder, node: fx.Node) -> None:
-    _alias(b, node, node.args[0])
+    _alias(b, node, _a(node)[0])
 
 
 def _reshape(b: Builder, node: fx.Node) -> None:
-    x = node.args[0]
-    dtype, shape = _out(b, node)
+    x = _a(node)[0]
+    _, shape = _out(b, node)
     if b.info(x).shape == shape:
         _alias(b, node, x)
         return
     if not all(isinstance(d, int) for d in shape):
         target = _shape_value(b, node, shape)
     else:
-        target = b.ints([int(d) for d in shape])  # type: ignore[arg-type]
+        target = b.ints(_static(shape))
     _result(b, node, "Reshape", [b.value(x), target])
 
 
@@ -557,9 +586,9 @@ def _input_axis(b: Builder, dim: DimLike) -> tuple[str, int] | None:
 
 
 def _permute(b: Builder, node: fx.Node) -> None:
-    x = node.args[0]
+    x = _a(node)[0]
     rank = len(b.info(x).shape or ())
-    perm = [_axis(int(p), rank) for p in node.args[1]]  # type: ignore[union-attr]
+    perm = [_axis(int(p), rank) for p in _a(node)[1]]
     if perm == list(range(rank)):
         _alias(b, node, x)
         return
@@ -567,9 +596,9 @@ def _permute(b: Builder, node: fx.Node) -> None:
 
 
 def _transpose(b: Builder, node: fx.Node) -> None:
-    x = node.args[0]
+    x = _a(node)[0]
     rank = len(b.info(x).shape or ())
-    a, c = _axis(int(node.args[1]), rank), _axis(int(node.args[2]), rank)  # type: ignore[arg-type]
+    a, c = _axis(int(_a(node)[1]), rank), _axis(int(_a(node)[2]), rank)
     perm = list(range(rank))
     perm[a], perm[c] = perm[c], perm[a]
     if a == c:
@@ -579,7 +608,7 @@ def _transpose(b: Builder, node: fx.Node) -> None:
 
 
 def _t(b: Builder, node: fx.Node) -> None:
-    x = node.args[0]
+    x = _a(node)[0]
     if len(b.info(x).shape or ()) < 2:
         _alias(b, node, x)
         return
@@ -588,14 +617,14 @@ def _t(b: Builder, node: fx.Node) -> None:
 
 def _unsqueeze(b: Builder, node: fx.Node) -> None:
     _, shape = _out(b, node)
-    axis = _axis(int(node.args[1]), len(shape))  # type: ignore[arg-type]
-    _result(b, node, "Unsqueeze", [b.value(node.args[0]), b.ints([axis])])
+    axis = _axis(int(_a(node)[1]), len(shape))
+    _result(b, node, "Unsqueeze", [b.value(_a(node)[0]), b.ints([axis])])
 
 
 def _squeeze(b: Builder, node: fx.Node) -> None:
-    x = node.args[0]
+    x = _a(node)[0]
     shape = b.info(x).shape or ()
-    dims = node.args[1] if len(node.args) > 1 else None
+    dims = _a(node)[1] if len(_a(node)) > 1 else None
     if dims is None:
         axes = [i for i, d in enumerate(shape) if d == 1]
     else:
@@ -609,13 +638,13 @@ def _squeeze(b: Builder, node: fx.Node) -> None:
 
 
 def _expand(b: Builder, node: fx.Node) -> None:
-    x = node.args[0]
+    x = _a(node)[0]
     _, shape = _out(b, node)
     if b.info(x).shape == shape:
         _alias(b, node, x)
         return
     target = (
-        b.ints([int(d) for d in shape])  # type: ignore[arg-type]
+        b.ints(_static(shape))
         if all(isinstance(d, int) for d in shape)
         else _shape_value(b, node, shape)
     )
@@ -623,9 +652,9 @@ def _expand(b: Builder, node: fx.Node) -> None:
 
 
 def _slice(b: Builder, node: fx.Node) -> None:
-    x = node.args[0]
+    x = _a(node)[0]
     shape = b.info(x).shape or ()
-    args = list(node.args) + [None] * 5
+    args = list(_a(node)) + [None] * 5
     dim = int(args[1] or 0)
     start = args[2] if args[2] is not None else 0
     end = args[3] if args[3] is not None else 2**63 - 1
@@ -652,17 +681,17 @@ def _slice(b: Builder, node: fx.Node) -> None:
 
 
 def _select(b: Builder, node: fx.Node) -> None:
-    x = node.args[0]
+    x = _a(node)[0]
     rank = len(b.info(x).shape or ())
-    axis = _axis(int(node.args[1]), rank)  # type: ignore[arg-type]
-    index = int(node.args[2])  # type: ignore[arg-type]
+    axis = _axis(int(_a(node)[1]), rank)
+    index = int(_a(node)[2])
     _result(b, node, "Gather", [b.value(x), b.const(np.array(index, dtype=np.int64))], axis=axis)
 
 
 def _cat(b: Builder, node: fx.Node) -> None:
-    parts = [p for p in node.args[0] if isinstance(p, fx.Node)]  # type: ignore[union-attr]
+    parts = [p for p in _a(node)[0] if isinstance(p, fx.Node)]
     _, shape = _out(b, node)
-    dim = int(node.args[1]) if len(node.args) > 1 else int(node.kwargs.get("dim", 0))
+    dim = int(_a(node)[1]) if len(_a(node)) > 1 else int(_k(node).get("dim", 0))
     axis = _axis(dim, len(shape))
     names = [b.value(p) for p in parts if 0 not in (b.info(p).shape or ())]
     if len(names) == 1:
@@ -672,12 +701,12 @@ def _cat(b: Builder, node: fx.Node) -> None:
 
 
 def _split(b: Builder, node: fx.Node) -> None:
-    x = node.args[0]
+    x = _a(node)[0]
     shape = b.info(x).shape or ()
     vals = node.meta.get("val")
     if not isinstance(vals, list | tuple):
         raise Skip("a split without known pieces")
-    dim = int(node.args[2]) if len(node.args) > 2 else int(node.kwargs.get("dim", 0))
+    dim = int(_a(node)[2]) if len(_a(node)) > 2 else int(_k(node).get("dim", 0))
     axis = _axis(dim, len(shape))
     sizes = [int(v.shape[axis]) for v in vals]
     outs = []
@@ -700,33 +729,33 @@ def _split(b: Builder, node: fx.Node) -> None:
 
 
 def _getitem(b: Builder, node: fx.Node) -> None:
-    src, index = node.args[0], node.args[1]
-    names = b.names.get(src)  # type: ignore[arg-type]
+    src, index = _a(node)[0], _a(node)[1]
+    names = b.names.get(src)
     if not isinstance(names, list) or not isinstance(index, int):
         raise Skip("an item of a value that is not a list of tensors")
     b.names[node] = names[index]
 
 
 def _linear(b: Builder, node: fx.Node) -> None:
-    x, w = node.args[0], node.args[1]
-    bias = node.args[2] if len(node.args) > 2 else None
+    x, w = _a(node)[0], _a(node)[1]
+    bias = _a(node)[2] if len(_a(node)) > 2 else None
     _linnet(b, node, "linear", [b.value(x), b.value(w), b.value(bias) if bias is not None else ""])
 
 
 def _addmm(b: Builder, node: fx.Node) -> None:
-    bias, x, w = node.args[0], node.args[1], node.args[2]
-    beta = node.kwargs.get("beta", 1)
-    alpha = node.kwargs.get("alpha", 1)
+    bias, x, w = _a(node)[0], _a(node)[1], _a(node)[2]
+    beta = _k(node).get("beta", 1)
+    alpha = _k(node).get("alpha", 1)
     _result(b, node, "Gemm", [b.value(x), b.value(w), b.value(bias)], alpha=float(alpha),
             beta=float(beta))  # fmt: skip
 
 
 def _matmul(b: Builder, node: fx.Node) -> None:
-    _result(b, node, "MatMul", [b.value(node.args[0]), b.value(node.args[1])])
+    _result(b, node, "MatMul", [b.value(_a(node)[0]), b.value(_a(node)[1])])
 
 
 def _embedding(b: Builder, node: fx.Node) -> None:
-    w, ids = node.args[0], node.args[1]
+    w, ids = _a(node)[0], _a(node)[1]
     if b.info(ids).shape == ():
         _result(b, node, "Gather", [b.value(w), b.value(ids)], axis=0)
         return
@@ -734,9 +763,9 @@ def _embedding(b: Builder, node: fx.Node) -> None:
 
 
 def _softmax(b: Builder, node: fx.Node) -> None:
-    x = node.args[0]
+    x = _a(node)[0]
     rank = len(b.info(x).shape or ())
-    axis = _axis(int(node.args[1]), rank)  # type: ignore[arg-type]
+    axis = _axis(int(_a(node)[1]), rank)
     src = b.value(x)
     dtype, _ = _out(b, node)
     src = _cast_to(b, src, dtype)
@@ -744,19 +773,19 @@ def _softmax(b: Builder, node: fx.Node) -> None:
 
 
 def _layer_norm(b: Builder, node: fx.Node) -> None:
-    args = list(node.args) + [None] * 5
+    args = list(_a(node)) + [None] * 5
     x, shape, w, bias = args[0], args[1], args[2], args[3]
-    eps = float(args[4] if args[4] is not None else node.kwargs.get("eps", 1e-5))
-    if len(shape) != 1:  # type: ignore[arg-type]
+    eps = float(args[4] if args[4] is not None else _k(node).get("eps", 1e-5))
+    if len(shape) != 1:
         raise Skip("layer norm over more than the last axis")
     _linnet(b, node, "layer_norm", [b.value(x), b.value(w) if w is not None else "",
             b.value(bias) if bias is not None else ""], eps=eps)  # fmt: skip
 
 
 def _rms_norm(b: Builder, node: fx.Node) -> None:
-    args = list(node.args) + [None] * 4
+    args = list(_a(node)) + [None] * 4
     x, shape, w, eps = args[0], args[1], args[2], args[3]
-    if len(shape) != 1 or w is None:  # type: ignore[arg-type]
+    if len(shape) != 1 or w is None:
         raise Skip("RMS norm over more than the last axis, or without a weight")
     if eps is None:
         eps = float(torch.finfo(torch.float32).eps)
@@ -764,18 +793,18 @@ def _rms_norm(b: Builder, node: fx.Node) -> None:
 
 
 def _gelu(b: Builder, node: fx.Node) -> None:
-    approx = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
-    _linnet(b, node, "gelu" if approx == "tanh" else "gelu_erf", [b.value(node.args[0])])
+    approx = _k(node).get("approximate", _a(node)[1] if len(_a(node)) > 1 else "none")
+    _linnet(b, node, "gelu" if approx == "tanh" else "gelu_erf", [b.value(_a(node)[0])])
 
 
 def _sdpa(b: Builder, node: fx.Node) -> None:
-    args = list(node.args) + [None] * 6
+    args = list(_a(node)) + [None] * 6
     q, k, v = args[0], args[1], args[2]
-    mask = args[3] if args[3] is not None else node.kwargs.get("attn_mask")
-    dropout = args[4] if args[4] is not None else node.kwargs.get("dropout_p", 0.0)
-    causal = args[5] if args[5] is not None else node.kwargs.get("is_causal", False)
-    scale = node.kwargs.get("scale")
-    if node.kwargs.get("enable_gqa"):
+    mask = args[3] if args[3] is not None else _k(node).get("attn_mask")
+    dropout = args[4] if args[4] is not None else _k(node).get("dropout_p", 0.0)
+    causal = args[5] if args[5] is not None else _k(node).get("is_causal", False)
+    scale = _k(node).get("scale")
+    if _k(node).get("enable_gqa"):
         raise Skip("attention with enable_gqa")
     if dropout:
         raise Skip("attention with dropout")
@@ -824,7 +853,7 @@ def _sdpa(b: Builder, node: fx.Node) -> None:
 
 def _conv(b: Builder, node: fx.Node) -> None:
     key = _key(node)
-    args = list(node.args) + [None] * 9
+    args = list(_a(node)) + [None] * 9
     x, w, bias = args[0], args[1], args[2]
     if key.startswith("convolution"):
         stride, padding, dilation, transposed, _, groups = args[3:9]
@@ -841,7 +870,7 @@ def _conv(b: Builder, node: fx.Node) -> None:
     pads = _per_axis(padding if padding is not None else 0, spatial)
     inputs = [b.value(x), b.value(w)] + ([b.value(bias)] if bias is not None else [])
     _result(b, node, "Conv", inputs, strides=stride, pads=pads + pads, dilations=dilation,
-            group=int(groups or 1), kernel_shape=[int(d) for d in ws[2:]])  # type: ignore[arg-type]  # fmt: skip
+            group=int(groups or 1), kernel_shape=_static(ws[2:]))  # fmt: skip
 
 
 def _per_axis(value: Any, n: int) -> list[int]:
@@ -852,9 +881,9 @@ def _per_axis(value: Any, n: int) -> list[int]:
 
 
 def _max_pool(b: Builder, node: fx.Node) -> None:
-    args = list(node.args) + [None] * 6
+    args = list(_a(node)) + [None] * 6
     x, kernel, stride, padding, dilation, ceil = args[:6]
-    n = len(kernel)  # type: ignore[arg-type]
+    n = len(kernel)
     k = _per_axis(kernel, n)
     s = _per_axis(stride if stride else kernel, n)
     p = _per_axis(padding if padding is not None else 0, n)
@@ -864,11 +893,11 @@ def _max_pool(b: Builder, node: fx.Node) -> None:
 
 
 def _avg_pool(b: Builder, node: fx.Node) -> None:
-    args = list(node.args) + [None] * 7
+    args = list(_a(node)) + [None] * 7
     x, kernel, stride, padding, ceil, include, divisor = args[:7]
     if divisor is not None:
         raise Skip("average pooling with a divisor_override")
-    n = len(kernel)  # type: ignore[arg-type]
+    n = len(kernel)
     k = _per_axis(kernel, n)
     s = _per_axis(stride if stride else kernel, n)
     p = _per_axis(padding if padding is not None else 0, n)
@@ -877,8 +906,8 @@ def _avg_pool(b: Builder, node: fx.Node) -> None:
 
 
 def _adaptive_avg_pool(b: Builder, node: fx.Node) -> None:
-    x = node.args[0]
-    size = [int(s) for s in node.args[1]]  # type: ignore[union-attr]
+    x = _a(node)[0]
+    size = [int(s) for s in _a(node)[1]]
     shape = b.info(x).shape or ()
     spatial = shape[-len(size) :]
     if all(s == 1 for s in size):
@@ -886,14 +915,14 @@ def _adaptive_avg_pool(b: Builder, node: fx.Node) -> None:
         return
     if not all(isinstance(e, int) and e % s == 0 for e, s in zip(spatial, size, strict=True)):
         raise Skip("adaptive pooling whose windows differ in size")
-    k = [int(e) // s for e, s in zip(spatial, size, strict=True)]  # type: ignore[call-overload]
+    k = [e // s for e, s in zip(_static(spatial), size, strict=True)]
     _result(
         b, node, "AveragePool", [b.value(x)], kernel_shape=k, strides=k, pads=[0] * (2 * len(k))
     )
 
 
 def _batch_norm(b: Builder, node: fx.Node) -> None:
-    args = list(node.args) + [None] * 8
+    args = list(_a(node)) + [None] * 8
     key = _key(node)
     if key.startswith("_native_batch_norm_legit_no_training"):
         x, w, bias, mean, var, _, eps = args[:7]
@@ -903,27 +932,29 @@ def _batch_norm(b: Builder, node: fx.Node) -> None:
             raise Skip("batch norm in training mode")
     vals = node.meta.get("val")
     first = vals[0] if isinstance(vals, list | tuple) else vals
+    if not isinstance(first, torch.Tensor):
+        raise Skip("batch norm without a known result")
     dtype = linnet_dtype(first.dtype)
     shape = b.shape_of(first)
     c = (b.info(x).shape or (None, None))[1]
     np_dtype = _NUMPY[dtype or "f32"]
-    ones = w is None and b.const(np.ones((int(c),), dtype=np_dtype))  # type: ignore[arg-type]
-    zeros = bias is None and b.const(np.zeros((int(c),), dtype=np_dtype))  # type: ignore[arg-type]
+    ones = w is None and b.const(np.ones(tuple(_static([c])), dtype=np_dtype))
+    zeros = bias is None and b.const(np.zeros(tuple(_static([c])), dtype=np_dtype))
     name = b.emit("BatchNormalization", [b.value(x), ones or b.value(w), zeros or b.value(bias),
                   b.value(mean), b.value(var)], dtype, shape, {"epsilon": float(eps or 1e-5)},
-                  out=node.name)  # type: ignore[arg-type]  # fmt: skip
+                  out=node.name)  # fmt: skip
     b.names[node] = [name, "", ""] if isinstance(vals, list | tuple) else name
 
 
 def _where(b: Builder, node: fx.Node) -> None:
-    cond, x, y = node.args[0], node.args[1], node.args[2]
+    cond, x, y = _a(node)[0], _a(node)[1], _a(node)[2]
     dtype, _ = _out(b, node)
     _result(b, node, "Where", [b.value(cond), _cast_to(b, _operand_like(b, node, x, dtype), dtype),
             _cast_to(b, _operand_like(b, node, y, dtype), dtype)])  # fmt: skip
 
 
 def _masked_fill(b: Builder, node: fx.Node) -> None:
-    x, mask, value = node.args[0], node.args[1], node.args[2]
+    x, mask, value = _a(node)[0], _a(node)[1], _a(node)[2]
     dtype, _ = _out(b, node)
     fill = _operand_like(b, node, value, dtype)
     _result(b, node, "Where", [b.value(mask), fill, b.value(x)])
@@ -934,7 +965,7 @@ def _flatten(b: Builder, node: fx.Node) -> None:
 
 
 def _clamp(b: Builder, node: fx.Node) -> None:
-    args = list(node.args) + [None] * 3
+    args = list(_a(node)) + [None] * 3
     x, lo, hi = args[0], args[1], args[2]
     dtype, _ = _out(b, node)
     _result(b, node, "Clip", [b.value(x), "" if lo is None else _operand_like(b, node, lo, dtype),
@@ -942,7 +973,7 @@ def _clamp(b: Builder, node: fx.Node) -> None:
 
 
 def _hardtanh(b: Builder, node: fx.Node) -> None:
-    args = list(node.args) + [None] * 3
+    args = list(_a(node)) + [None] * 3
     lo = -1.0 if args[1] is None else args[1]
     hi = 1.0 if args[2] is None else args[2]
     dtype, _ = _out(b, node)
@@ -951,8 +982,8 @@ def _hardtanh(b: Builder, node: fx.Node) -> None:
 
 
 def _leaky_relu(b: Builder, node: fx.Node) -> None:
-    slope = node.args[1] if len(node.args) > 1 else 0.01
-    _result(b, node, "LeakyRelu", [b.value(node.args[0])], alpha=float(slope))  # type: ignore[arg-type]
+    slope = _a(node)[1] if len(_a(node)) > 1 else 0.01
+    _result(b, node, "LeakyRelu", [b.value(_a(node)[0])], alpha=float(slope))
 
 
 def _fill_like(value: float) -> Callable[[Builder, fx.Node], None]:
@@ -963,6 +994,13 @@ def _fill_like(value: float) -> Callable[[Builder, fx.Node], None]:
         _result(b, node, "Identity", [b.const(np.full(shape, value, dtype=_NUMPY[dtype or "f32"]))])
 
     return fn
+
+
+def _rsub(b: Builder, node: fx.Node) -> None:
+    """`other - x` (`torch.rsub`, what `1 - mask` exports as)."""
+    x, other = _a(node)[0], _a(node)[1]
+    dtype, _ = _out(b, node)
+    _result(b, node, "Sub", [_operand_like(b, node, other, dtype), _cast_to(b, b.value(x), dtype)])
 
 
 def _sym_size(b: Builder, node: fx.Node) -> None:
@@ -976,9 +1014,7 @@ ATEN: dict[str, Handler] = {
     "add.Scalar": _binary("Add"),
     "sub.Tensor": _binary("Sub"),
     "sub.Scalar": _binary("Sub"),
-    "rsub.Scalar": lambda b, n: _result(
-        b, n, "Sub", [_operand(b, n, n.args[1], None), b.value(n.args[0])]
-    ),  # fmt: skip
+    "rsub.Scalar": _rsub,
     "mul.Tensor": _binary("Mul"),
     "mul.Scalar": _binary("Mul"),
     "div.Tensor": _div,

@@ -153,7 +153,7 @@ def _fold(graph: fx.Graph, constants: dict[str, torch.Tensor]) -> dict[fx.Node, 
         args = fx.node.map_arg(node.args, lambda n: values[n])
         kwargs = fx.node.map_arg(node.kwargs, lambda n: values[n])
         try:
-            value = node.target(*args, **kwargs)  # type: ignore[operator]
+            value = node.target(*args, **kwargs)
         except Exception:  # an op that cannot run eagerly here: translated instead
             continue
         if isinstance(value, torch.Tensor) and value.numel() > FOLD_LIMIT:
