@@ -124,3 +124,16 @@ def test_unmapped_ops_refused_at_once_with_source_lines(tmp_path: Path) -> None:
 def test_bad_dynamic_spec_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(LinnetError, match="dynamic"):
         imported(MLP(), (torch.randn(3, 8),), tmp_path, dynamic=[{0: "n"}, {0: "m"}])
+
+
+def test_dynamic_dims_become_generics(tmp_path: Path) -> None:
+    torch.manual_seed(2)
+    module = CNN().eval()
+    x = torch.randn(2, 3, 16, 16)
+    result = imported(module, (x,), tmp_path, dynamic=[{0: "batch"}])
+    assert "forward<batch: Dim>(x: Tensor[batch, 3, 16, 16; f32])" in result.source
+    for n in (1, 3):
+        other = torch.randn(n, 3, 16, 16)
+        with torch.no_grad():
+            expected = module(other)
+        torch.testing.assert_close(run(result, (other,)), expected, rtol=1e-5, atol=1e-5)

@@ -137,12 +137,11 @@ class Builder:
         dims: list[DimLike] = []
         for d in val.shape:
             if isinstance(d, torch.SymInt):
-                try:
-                    dims.append(int(d))
+                expr = d.node.expr
+                if getattr(expr, "is_number", False):
+                    dims.append(int(expr))
                     continue
-                except Exception:
-                    pass
-                sym = str(d.node.expr)
+                sym = str(expr)
                 name = self.cap.dims.get(sym)
                 if name is None:
                     raise Skip(f"an extent `{sym}` that is no dynamic dim of an input")
@@ -260,6 +259,7 @@ def aten_graph(cap: Capture, scopes: dict[str, str]) -> tuple[Graph, list[Untran
         b.where = source_line(node)
         fn = ATEN.get(_key(node))
         if fn is None:
+            dead.add(node)
             b.untranslated.append(
                 Untranslated(
                     node.name, target, "no translation for this operator", source_line(node)
@@ -1004,7 +1004,10 @@ def _rsub(b: Builder, node: fx.Node) -> None:
 
 
 def _sym_size(b: Builder, node: fx.Node) -> None:
-    raise Skip("a shape read as a value (export with static shapes, or a dynamic dim)")
+    """An extent read as a number: nothing to emit; the nodes that take it (`view`,
+    `expand`) read their result shapes from `meta["val"]`, where it is a generic.
+    A node reading it as a tensor is refused (`Builder.value`)."""
+    b.names[node] = ("extent", node.name)
 
 
 Handler = Callable[[Builder, fx.Node], None]

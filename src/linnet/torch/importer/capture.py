@@ -85,20 +85,22 @@ def capture(
 
 def _dynamic_shapes(
     module: torch.nn.Module, example_inputs: Sequence[Any], dynamic: Any
-) -> tuple[Any, dict[str, str]]:
+) -> tuple[Any, list[dict[int, str]]]:
     """torch.export's `dynamic_shapes` from `dynamic`; a per-input mapping of axis to a
     plain name becomes a `torch.export.Dim` of that name."""
     if dynamic is None:
-        return None, {}
+        return None, []
     if not isinstance(dynamic, Sequence) or isinstance(dynamic, str | bytes):
-        return dynamic, {}
+        return dynamic, []
     if len(dynamic) != len(example_inputs):
         raise LinnetError(
             f"`dynamic` gives {len(dynamic)} entries for {len(example_inputs)} example inputs"
         )
     made: dict[str, Any] = {}
     shapes: list[Any] = []
+    names: list[dict[int, str]] = []
     for spec in dynamic:
+        names.append({})
         if spec is None:
             shapes.append(None)
             continue
@@ -107,28 +109,45 @@ def _dynamic_shapes(
         axes: dict[int, Any] = {}
         for axis, dim in spec.items():
             if isinstance(dim, str):
+                names[-1][int(axis)] = dim
                 if dim not in made:
                     made[dim] = torch.export.Dim(dim)
                 dim = made[dim]
+            else:
+                names[-1][int(axis)] = str(getattr(dim, "__name__", ""))
             axes[int(axis)] = dim
         shapes.append(axes)
-    return tuple(shapes), {}
+    if _varargs(module):
+        return (tuple(shapes),), names  # `forward(*inputs)` takes one tuple argument
+    return tuple(shapes), names
 
 
-def _symbols(program: Any, names: dict[str, str]) -> dict[str, str]:
-    """Each symbol of a user input's shape (`s0`) -> the name of its torch Dim."""
-    out: dict[str, str] = dict(names)
-    constraints = getattr(program, "range_constraints", {}) or {}
-    for node in program.graph_module.graph.nodes:
-        if node.op != "placeholder" or node.name not in program.graph_signature.user_inputs:
-            continue
-        val = node.meta.get("val")
-        for d in getattr(val, "shape", ()):
-            if isinstance(d, torch.SymInt):
-                sym = str(d.node.expr)
-                if sym.isidentifier() and sym not in out:
-                    out[sym] = sym
-    del constraints
+def _varargs(module: torch.nn.Module) -> bool:
+    import inspect
+
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return len(params) == 1 and params[0].kind is inspect.Parameter.VAR_POSITIONAL
+
+
+def _symbols(program: Any, names: list[dict[int, str]]) -> dict[str, str]:
+    """Each symbol of a user input's shape (`s0`) -> its generic name: the name the
+    caller gave that axis (`dynamic=[{0: "batch"}]`), else the torch Dim's name, else
+    the symbol itself."""
+    out: dict[str, str] = {}
+    user = list(program.graph_signature.user_inputs)
+    placeholders = {n.name: n for n in program.graph_module.graph.nodes if n.op == "placeholder"}
+    for position, name in enumerate(user):
+        val = placeholders[name].meta.get("val")
+        given = names[position] if position < len(names) else {}
+        for axis, d in enumerate(getattr(val, "shape", ())):
+            if not isinstance(d, torch.SymInt):
+                continue
+            sym = str(d.node.expr)
+            if sym.isidentifier() and sym not in out:
+                out[sym] = given.get(axis, sym)
     return out
 
 
