@@ -66,7 +66,9 @@ def _build(kind: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
         bert = transformers.BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2,
                                        num_attention_heads=4, intermediate_size=64,
                                        max_position_embeddings=32)  # fmt: skip
-        return Output(transformers.BertModel(bert), "last_hidden_state"), (ids,)
+        mask = torch.ones(2, 7, dtype=torch.int64)
+        mask[1, 5:] = 0  # right padding: masked keys in the second row
+        return Output(transformers.BertModel(bert), "last_hidden_state"), (ids, mask)
     if kind == "vit":
         vit = transformers.ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32,
                                      num_hidden_layers=2, num_attention_heads=4,

@@ -1003,6 +1003,22 @@ def _rsub(b: Builder, node: fx.Node) -> None:
     _result(b, node, "Sub", [_operand_like(b, node, other, dtype), _cast_to(b, b.value(x), dtype)])
 
 
+def _index(b: Builder, node: fx.Node) -> None:
+    """`x[idx...]` with index tensors (None for a whole axis) -> `linnet::index`."""
+    x, indices = _a(node)[0], list(_a(node)[1])
+    while indices and indices[-1] is None:
+        indices.pop()
+    first = 0
+    while first < len(indices) and indices[first] is None:
+        first += 1
+    tensors = indices[first:]
+    if not tensors or any(not isinstance(t, fx.Node) for t in tensors):
+        raise Skip("index tensors on axes that are not consecutive")
+    if any(b.info(t).dtype == "bool" for t in tensors):
+        raise Skip("a boolean mask index (a data-dependent shape)")
+    _linnet(b, node, "index", [b.value(x), *(b.value(t) for t in tensors)], first=first)
+
+
 def _sym_size(b: Builder, node: fx.Node) -> None:
     """An extent read as a number: nothing to emit; the nodes that take it (`view`,
     `expand`) read their result shapes from `meta["val"]`, where it is a generic.
@@ -1127,6 +1143,7 @@ ATEN: dict[str, Handler] = {
     "batch_norm.default": _batch_norm,
     "_native_batch_norm_legit_no_training.default": _batch_norm,
     "where.self": _where,
+    "index.Tensor": _index,
     "masked_fill.Scalar": _masked_fill,
     "zeros_like.default": _fill_like(0.0),
     "ones_like.default": _fill_like(1.0),
