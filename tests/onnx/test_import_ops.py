@@ -495,3 +495,25 @@ def test_node_suite_meets_the_aims(tmp_path: Path) -> None:
     }  # fmt: skip
     failing = [n for n, r in results.items() if r[0] in transformer and r[3] and r[1] != "pass"]
     assert not failing, failing
+
+
+@pytest.mark.parametrize("stop", [1_000_000_000, 2**31 - 1, 2**63 - 1])
+def test_open_slice_sentinels_leave_no_vacuous_where(stop: int, tmp_path: Path) -> None:
+    """tf2onnx/jax2tf write 1e9 (others INT32_MAX, INT64_MAX) for "to the end": on a
+    symbolic axis that is the whole axis, with no `where n == min(1000000000, n)`."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, None)
+    bounds = [
+        numpy_helper.from_array(np.array([v], dtype=np.int64), k)
+        for k, v in (("start", 1), ("stop", stop), ("axis", 0))
+    ]
+    nodes = [
+        helper.make_node("Slice", ["x", "start", "stop", "axis"], ["tail"]),
+        helper.make_node("Slice", ["x", "start", "stop", "axis"], ["tail2"]),
+        helper.make_node("Add", ["tail", "tail2"], ["out"]),
+    ]
+    rng = np.random.default_rng(5)
+    model = _model(nodes, [x], [out], bounds)
+    feeds = [{"x": rng.standard_normal((n, 4)).astype(np.float32)} for n in (3, 6)]
+    source = _same(model, feeds, tmp_path)
+    assert "where" not in source and "min(" not in source, source

@@ -99,9 +99,28 @@ def drop_unused_statements(t: Translation) -> int:
 
     _CACHE.append({})
     try:
-        return _drop_unused(t)
+        removed = _drop_unused(t)
+        _drop_unread_constants(t)
+        return removed
     finally:
         _CACHE.pop()
+
+
+def _drop_unread_constants(t: Translation) -> None:
+    """Constants materialised as members (`const::N`) for statements since dropped
+    (a mask a recovered `causal_mask` replaced) are no members: nothing reads them."""
+    from linnet.sourcegen.outline import names_read
+
+    read: set[str] = set()
+    for v in t.results:
+        if v.expr is not None:
+            read |= names_read(v.expr)
+    for stmt in t.body:
+        read |= names_read(stmt)
+    for name in [n for n in t.stored if n.startswith("const::")]:
+        if t.layout.paths.get(name) not in read:
+            t.layout.leaf(name).used = False
+            del t.stored[name]
 
 
 def _drop_unused(t: Translation) -> int:
