@@ -137,3 +137,43 @@ def test_dynamic_dims_become_generics(tmp_path: Path) -> None:
         with torch.no_grad():
             expected = module(other)
         torch.testing.assert_close(run(result, (other,)), expected, rtol=1e-5, atol=1e-5)
+
+
+class _Positions(torch.nn.Module):
+    """RoBERTa-style positions (`cumsum` of `ids != pad`), a `gather` and an `argmax`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Embedding(12, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        keep = ids.ne(1).int()
+        positions = torch.cumsum(keep, dim=1) * keep + 1
+        rows = self.table(positions)
+        picked = torch.gather(rows, 2, (ids % 4).unsqueeze(-1).expand(-1, -1, 2))
+        return picked + torch.argmax(rows, dim=-1, keepdim=True).float()
+
+
+def test_cumsum_ne_gather_argmax(tmp_path: Path) -> None:
+    torch.manual_seed(3)
+    module = _Positions().eval()
+    ids = torch.tensor([[3, 5, 1, 1], [7, 2, 9, 1]])
+    result = imported(module, (ids,), tmp_path)
+    check(module, (ids,), result)
+
+
+def test_nested_sequentials_get_member_names(tmp_path: Path) -> None:
+    """`Sequential(Sequential(conv, bn, relu), ...)`: paths `0.0.weight` bind as they are."""
+    torch.manual_seed(4)
+    nn = torch.nn
+
+    def block(cin: int, cout: int) -> nn.Module:
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout),
+                             nn.ReLU())  # fmt: skip
+
+    module = nn.Sequential(block(3, 4), block(4, 8), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                           nn.Linear(8, 3)).eval()  # fmt: skip
+    x = torch.randn(2, 3, 8, 8)
+    result = imported(module, (x,), tmp_path)
+    check(module, (x,), result)
+    assert result.bindings["item_0.item_0.weight"] == "0.0.weight", result.bindings

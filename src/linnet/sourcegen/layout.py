@@ -213,7 +213,8 @@ def _settle(tree: Tree, name: str) -> None:
         tree.children = dict(sorted(children.items(), key=lambda kv: int(kv[0])))
         return
     # Not an array: numbered children get names (`layer_0`).
-    element = _singular(name) if name else "item"
+    # A numbered parent (`features.1.0`, nested `Sequential`s) names no element.
+    element = _singular(name) if name and not _DIGITS.match(name) else "item"
     renamed: dict[str, Tree | Leaf] = {}
     for key, child in children.items():
         new = f"{element}_{key}" if _DIGITS.match(key) else key

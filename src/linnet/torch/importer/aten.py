@@ -1019,6 +1019,45 @@ def _index(b: Builder, node: fx.Node) -> None:
     _linnet(b, node, "index", [b.value(x), *(b.value(t) for t in tensors)], first=first)
 
 
+def _ne(b: Builder, node: fx.Node) -> None:
+    """`x != y` as `Not(Equal(x, y))` (ONNX has no not-equal)."""
+    x, y = _a(node)[0], _a(node)[1]
+    want = _common_dtype(b, node)
+    xs = _cast_to(b, _operand_like(b, node, x, want), want)
+    ys = _cast_to(b, _operand_like(b, node, y, want), want)
+    _, shape = _out(b, node)
+    same = b.emit("Equal", [xs, ys], "bool", shape)
+    _result(b, node, "Not", [same])
+
+
+def _cumsum(b: Builder, node: fx.Node) -> None:
+    x = _a(node)[0]
+    if _k(node).get("dtype") is not None:
+        raise Skip("a running sum with a dtype")
+    rank = len(b.info(x).shape or ())
+    axis = _axis(int(_a(node)[1]), rank)
+    dtype, _ = _out(b, node)
+    src = _cast_to(b, b.value(x), dtype)
+    _result(b, node, "CumSum", [src, b.const(np.array(axis, dtype=np.int64))])
+
+
+def _gather(b: Builder, node: fx.Node) -> None:
+    """`torch.gather(x, dim, index)`: ONNX `GatherElements`."""
+    x, dim, index = _a(node)[0], _a(node)[1], _a(node)[2]
+    rank = len(b.info(x).shape or ())
+    _result(b, node, "GatherElements", [b.value(x), b.value(index)], axis=_axis(int(dim), rank))
+
+
+def _argmax(b: Builder, node: fx.Node) -> None:
+    args = [*_a(node), None, None]
+    x, dim, keep = args[0], args[1], args[2]
+    if dim is None:
+        raise Skip("an argmax over the flattened tensor")
+    rank = len(b.info(x).shape or ())
+    axis = _axis(int(dim), rank)
+    _result(b, node, "ArgMax", [b.value(x)], axis=axis, keepdims=int(bool(keep)))
+
+
 def _sym_size(b: Builder, node: fx.Node) -> None:
     """An extent read as a number: nothing to emit; the nodes that take it (`view`,
     `expand`) read their result shapes from `meta["val"]`, where it is a generic.
@@ -1042,6 +1081,8 @@ ATEN: dict[str, Handler] = {
     "pow.Tensor_Scalar": _pow,
     "pow.Tensor_Tensor": _pow,
     "maximum.default": _binary("Max"),
+    "remainder.Scalar": _binary("Mod"),
+    "remainder.Tensor": _binary("Mod"),
     "minimum.default": _binary("Min"),
     "eq.Tensor": _binary("Equal"),
     "eq.Scalar": _binary("Equal"),
@@ -1144,6 +1185,11 @@ ATEN: dict[str, Handler] = {
     "_native_batch_norm_legit_no_training.default": _batch_norm,
     "where.self": _where,
     "index.Tensor": _index,
+    "ne.Scalar": _ne,
+    "ne.Tensor": _ne,
+    "cumsum.default": _cumsum,
+    "gather.default": _gather,
+    "argmax.default": _argmax,
     "masked_fill.Scalar": _masked_fill,
     "zeros_like.default": _fill_like(0.0),
     "ones_like.default": _fill_like(1.0),
