@@ -517,3 +517,30 @@ def test_open_slice_sentinels_leave_no_vacuous_where(stop: int, tmp_path: Path) 
     feeds = [{"x": rng.standard_normal((n, 4)).astype(np.float32)} for n in (3, 6)]
     source = _same(model, feeds, tmp_path)
     assert "where" not in source and "min(" not in source, source
+
+
+@pytest.mark.parametrize(
+    ("op", "auto", "kernel"),
+    [("Conv", "SAME_UPPER", 3), ("Conv", "SAME_LOWER", 2), ("MaxPool", "SAME_UPPER", 3),
+     ("AveragePool", "SAME_LOWER", 2), ("AveragePool", "SAME_UPPER", 2)],
+)  # fmt: skip
+def test_same_padding_over_symbolic_extents(
+    op: str, auto: str, kernel: int, tmp_path: Path
+) -> None:
+    """`auto_pad` SAME at stride 1 on symbolic height and width (OCR and detection
+    models): the padding is the window less one whatever the extent."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, "h", "w"])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, None)
+    rng = np.random.default_rng(6)
+    inits = []
+    inputs = ["x"]
+    attrs: dict[str, Any] = {"auto_pad": auto, "kernel_shape": [kernel, kernel]}
+    if op == "Conv":
+        w = rng.standard_normal((3, 2, kernel, kernel)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, "weight"))
+        inputs.append("weight")
+    node = helper.make_node(op, inputs, ["out"], **attrs)
+    model = _model([node], [x], [out], inits)
+    feeds = [{"x": rng.standard_normal(s).astype(np.float32)} for s in ((1, 2, 5, 7), (2, 2, 4, 4))]
+    source = _same(model, feeds, tmp_path)
+    assert "forward<batch: Dim, h: Dim, w: Dim>" in source, source
