@@ -544,3 +544,25 @@ def test_same_padding_over_symbolic_extents(
     feeds = [{"x": rng.standard_normal(s).astype(np.float32)} for s in ((1, 2, 5, 7), (2, 2, 4, 4))]
     source = _same(model, feeds, tmp_path)
     assert "forward<batch: Dim, h: Dim, w: Dim>" in source, source
+
+
+def test_constant_node_weights_are_named_after_their_reader(tmp_path: Path) -> None:
+    """Weights written as `Constant` nodes (tf2onnx-style names, no module scopes)
+    become members named after the node that reads them, not `constant_N`."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, 6, 6])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, None)
+    rng = np.random.default_rng(7)
+    kernel = numpy_helper.from_array(rng.standard_normal((3, 2, 3, 3)).astype(np.float32), "k")
+    bias = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")
+    nodes = [
+        helper.make_node("Constant", [], ["kernel_value"], value=kernel),
+        helper.make_node("Constant", [], ["bias_value"], value=bias),
+        helper.make_node("Conv", ["x", "kernel_value", "bias_value"], ["y"],
+                         name="model/conv1/Conv2D", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["y"], ["out"], name="model/relu/Relu"),
+    ]  # fmt: skip
+    model = _model(nodes, [x], [out])
+    feeds = [{"x": rng.standard_normal((2, 2, 6, 6)).astype(np.float32)}]
+    source = _same(model, feeds, tmp_path)
+    assert "model.conv1.weight" in source and "model.conv1.bias" in source, source
+    assert "constant" not in source, source

@@ -332,6 +332,11 @@ matrix transposed. `Gemm` says its orientation (`_role`).
 """
 
 
+def operand_role(node: Node, index: int) -> str | None:
+    """The role (`weight`, `bias`, `weight_t`) of a stored operand, or None."""
+    return _role(node, index)
+
+
 def _role(node: Node, index: int) -> str | None:
     if node.op == "Gemm" and index == 1:
         return "weight" if int(node.attrs.get("transB", 0)) else "weight_t"
@@ -365,6 +370,8 @@ def name_anonymous(graph: Graph) -> tuple[dict[str, str], list[str]]:
         if len(scopes) != 1 or len(roles) != 1:
             continue
         scope, role = scopes.pop(), roles.pop()
+        if not scope and len(readers) == 1:
+            scope = _scope_of_name(readers[0][0].name)
         if not scope or role is None or not _is_path(scope + ".x"):
             continue
         path = f"{scope}.{role}"
@@ -376,6 +383,18 @@ def name_anonymous(graph: Graph) -> tuple[dict[str, str], list[str]]:
         out[name] = path
         notes.append(f"named the stored tensor `{name}` `{path}` after the module that reads it")
     return out, notes
+
+
+def _scope_of_name(name: str) -> str:
+    """A module path from a node name that has no recorded scope: `conv1` stays,
+    TensorFlow-style `model/conv1/Conv2D` drops the operator and reads `model.conv1`."""
+    parts = [p for p in re.split(r"[/:]", name) if p]
+    if len(parts) > 1:
+        parts = parts[:-1]
+    cleaned = [re.sub(r"\W", "_", p).strip("_") for p in parts]
+    if not cleaned or not all(_IDENT.match(p) for p in cleaned):
+        return ""
+    return ".".join(cleaned)
 
 
 def _is_path(name: str) -> bool:
