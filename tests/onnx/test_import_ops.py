@@ -566,3 +566,25 @@ def test_constant_node_weights_are_named_after_their_reader(tmp_path: Path) -> N
     source = _same(model, feeds, tmp_path)
     assert "model.conv1.weight" in source and "model.conv1.bias" in source, source
     assert "constant" not in source, source
+
+
+def test_jax2tf_and_tf2onnx_wrapper_prefixes_are_cleaned(tmp_path: Path) -> None:
+    """jax2tf/tf2onnx wrap every name (`jax2tf_f_/pjit_f_/dense/MatMul`,
+    `serving_default_x:0`); the import names things after what is left."""
+    prefix = "jax2tf_infer_fn_/pjit_infer_fn_/"
+    x = helper.make_tensor_value_info("serving_default_x:0", TensorProto.FLOAT, ["batch", 4])
+    out = helper.make_tensor_value_info("Identity:0", TensorProto.FLOAT, None)
+    rng = np.random.default_rng(8)
+    kernel = rng.standard_normal((4, 3)).astype(np.float32)
+    inits = [numpy_helper.from_array(kernel, prefix + "dense/ReadVariableOp:0")]
+    nodes = [
+        helper.make_node("MatMul", ["serving_default_x:0", prefix + "dense/ReadVariableOp:0"],
+                         [prefix + "dense/MatMul:0"], name=prefix + "dense/MatMul"),
+        helper.make_node("Relu", [prefix + "dense/MatMul:0"], ["Identity:0"],
+                         name=prefix + "relu/Relu"),
+    ]  # fmt: skip
+    model = _model(nodes, [x], [out], inits)
+    feeds = [{"serving_default_x:0": rng.standard_normal((2, 4)).astype(np.float32)}]
+    source = _same(model, feeds, tmp_path)
+    assert "jax2tf" not in source and "pjit" not in source and "serving" not in source, source
+    assert "dense.weight_t" in source and "(x: Tensor[batch, 4; f32])" in source, source

@@ -19,7 +19,7 @@ from linnet.check.dims import Dim
 from linnet.sourcegen import build
 from linnet.sourcegen.graph import Graph, Node, TensorInfo
 from linnet.sourcegen.layout import Layout
-from linnet.sourcegen.names import plan_local_names, sanitize, shorter_name
+from linnet.sourcegen.names import clean_exporter_name, plan_local_names, sanitize, shorter_name
 from linnet.sourcegen.outline import defined, names_read, transform
 from linnet.sourcegen.translate import (
     _FOLD_LIMIT,
@@ -208,7 +208,7 @@ def _input_value(t: Translation, info: TensorInfo) -> Value:
             t.opaque_dims += 1
             dim = t.generic(f"{sanitize(info.name, 'x')}_{axis}".lower())
         dims.append(dim)
-    name = t.locals.fresh(sanitize(info.name, "x"))
+    name = t.locals.fresh(sanitize(clean_exporter_name(info.name), "x"))
     value = Value(tuple(dims), info.dtype, expr=build.name(name))
     t.inputs.append((name, value))
     t.local_values[name] = value

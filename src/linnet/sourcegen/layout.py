@@ -388,7 +388,9 @@ def name_anonymous(graph: Graph) -> tuple[dict[str, str], list[str]]:
 def _scope_of_name(name: str) -> str:
     """A module path from a node name that has no recorded scope: `conv1` stays,
     TensorFlow-style `model/conv1/Conv2D` drops the operator and reads `model.conv1`."""
-    parts = [p for p in re.split(r"[/:]", name) if p]
+    from linnet.sourcegen.names import clean_exporter_name
+
+    parts = [p for p in re.split(r"[/:]", clean_exporter_name(name)) if p]
     if len(parts) > 1:
         parts = parts[:-1]
     cleaned = [re.sub(r"\W", "_", p).strip("_") for p in parts]
