@@ -177,3 +177,17 @@ def test_nested_sequentials_get_member_names(tmp_path: Path) -> None:
     result = imported(module, (x,), tmp_path)
     check(module, (x,), result)
     assert result.bindings["item_0.item_0.weight"] == "0.0.weight", result.bindings
+
+
+class _DataDependent(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[x > 0].sum() + torch.nonzero(x).shape[0]
+
+
+def test_data_dependent_shapes_are_refused_with_their_lines(tmp_path: Path) -> None:
+    with pytest.raises(ImportRefusedError) as err:
+        imported(_DataDependent(), (torch.randn(5),), tmp_path)
+    text = str(err.value)
+    assert "data-dependent" in text and "nonzero" in text, text
+    assert text.count("test_export_linnet.py:") == 2, text
+    assert not (tmp_path / "model.linnet").exists()
