@@ -28,7 +28,7 @@ from linnet.onnx.importer import ops  # noqa: F401 - registers every operator tr
 from linnet.onnx.importer.graph import REGISTRY
 from linnet.sourcegen.finish import ImportResult, finish_import
 from linnet.sourcegen.graph import Node
-from linnet.sourcegen.refusals import ImportRefusedError, refusal_error
+from linnet.sourcegen.refusals import refusal_error
 from linnet.sourcegen.translate import Refusal
 from linnet.torch.importer.aten import Untranslated, aten_graph
 from linnet.torch.importer.capture import capture
@@ -60,23 +60,20 @@ def export_linnet(
     label = type(module).__name__
     cap = capture(module, example_inputs, dynamic)
     type_names = {path: type(sub).__name__ for path, sub in module.named_modules() if path}
-    graph, untranslated = aten_graph(cap, type_names)
+    graph, untranslated = aten_graph(cap)
     if untranslated:
         raise refusal_error(label, [_refusal(u) for u in untranslated])
-    try:
-        return finish_import(
-            graph,
-            REGISTRY,
-            label=label,
-            output=Path(output),
-            weights=None if weights is None else Path(weights),
-            module_name=module_name,
-            root_name=root_name,
-            std_root=std_root,
-            type_names=type_names,
-        )
-    except ImportRefusedError:
-        raise
+    return finish_import(
+        graph,
+        REGISTRY,
+        label=label,
+        output=Path(output),
+        weights=None if weights is None else Path(weights),
+        module_name=module_name,
+        root_name=root_name,
+        std_root=std_root,
+        type_names=type_names,
+    )
 
 
 def _refusal(u: Untranslated) -> Refusal:

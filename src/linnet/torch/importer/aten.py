@@ -54,7 +54,7 @@ _DROPPED = {
 # ---------------------------------------------------------------- the walk
 
 
-def aten_graph(cap: Capture, scopes: dict[str, str]) -> tuple[Graph, list[Untranslated]]:
+def aten_graph(cap: Capture) -> tuple[Graph, list[Untranslated]]:
     """The importer graph of `cap` and the nodes it could not translate."""
     b = Builder(cap)
     g = b.graph
@@ -111,7 +111,7 @@ def aten_graph(cap: Capture, scopes: dict[str, str]) -> tuple[Graph, list[Untran
                                                    "no translation for this operator",
                                                    source_line(node)))  # fmt: skip
             continue
-        b.scope = _scope(node, scopes)
+        b.scope = _scope(node)
         b.where = source_line(node)
         fn = ATEN.get(aten_key(node))
         if fn is None:
@@ -167,7 +167,8 @@ def _outputs(b: Builder, node: fx.Node) -> None:
         b.graph.outputs.append(TensorInfo(name, info.dtype, info.shape))
 
 
-def _scope(node: fx.Node, scopes: dict[str, str]) -> str:
+def _scope(node: fx.Node) -> str:
+    """The path of the innermost module the node ran in (`model.layers.0.mlp`)."""
     stack = node.meta.get("nn_module_stack") or {}
     if not stack:
         return ""
