@@ -495,3 +495,96 @@ def test_node_suite_meets_the_aims(tmp_path: Path) -> None:
     }  # fmt: skip
     failing = [n for n, r in results.items() if r[0] in transformer and r[3] and r[1] != "pass"]
     assert not failing, failing
+
+
+@pytest.mark.parametrize("stop", [1_000_000_000, 2**31 - 1, 2**63 - 1])
+def test_open_slice_sentinels_leave_no_vacuous_where(stop: int, tmp_path: Path) -> None:
+    """tf2onnx/jax2tf write 1e9 (others INT32_MAX, INT64_MAX) for "to the end": on a
+    symbolic axis that is the whole axis, with no `where n == min(1000000000, n)`."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, None)
+    bounds = [
+        numpy_helper.from_array(np.array([v], dtype=np.int64), k)
+        for k, v in (("start", 1), ("stop", stop), ("axis", 0))
+    ]
+    nodes = [
+        helper.make_node("Slice", ["x", "start", "stop", "axis"], ["tail"]),
+        helper.make_node("Slice", ["x", "start", "stop", "axis"], ["tail2"]),
+        helper.make_node("Add", ["tail", "tail2"], ["out"]),
+    ]
+    rng = np.random.default_rng(5)
+    model = _model(nodes, [x], [out], bounds)
+    feeds = [{"x": rng.standard_normal((n, 4)).astype(np.float32)} for n in (3, 6)]
+    source = _same(model, feeds, tmp_path)
+    assert "where" not in source and "min(" not in source, source
+
+
+@pytest.mark.parametrize(
+    ("op", "auto", "kernel"),
+    [("Conv", "SAME_UPPER", 3), ("Conv", "SAME_LOWER", 2), ("MaxPool", "SAME_UPPER", 3),
+     ("AveragePool", "SAME_LOWER", 2), ("AveragePool", "SAME_UPPER", 2)],
+)  # fmt: skip
+def test_same_padding_over_symbolic_extents(
+    op: str, auto: str, kernel: int, tmp_path: Path
+) -> None:
+    """`auto_pad` SAME at stride 1 on symbolic height and width (OCR and detection
+    models): the padding is the window less one whatever the extent."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, "h", "w"])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, None)
+    rng = np.random.default_rng(6)
+    inits = []
+    inputs = ["x"]
+    attrs: dict[str, Any] = {"auto_pad": auto, "kernel_shape": [kernel, kernel]}
+    if op == "Conv":
+        w = rng.standard_normal((3, 2, kernel, kernel)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, "weight"))
+        inputs.append("weight")
+    node = helper.make_node(op, inputs, ["out"], **attrs)
+    model = _model([node], [x], [out], inits)
+    feeds = [{"x": rng.standard_normal(s).astype(np.float32)} for s in ((1, 2, 5, 7), (2, 2, 4, 4))]
+    source = _same(model, feeds, tmp_path)
+    assert "forward<batch: Dim, h: Dim, w: Dim>" in source, source
+
+
+def test_constant_node_weights_are_named_after_their_reader(tmp_path: Path) -> None:
+    """Weights written as `Constant` nodes (tf2onnx-style names, no module scopes)
+    become members named after the node that reads them, not `constant_N`."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, 6, 6])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, None)
+    rng = np.random.default_rng(7)
+    kernel = numpy_helper.from_array(rng.standard_normal((3, 2, 3, 3)).astype(np.float32), "k")
+    bias = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")
+    nodes = [
+        helper.make_node("Constant", [], ["kernel_value"], value=kernel),
+        helper.make_node("Constant", [], ["bias_value"], value=bias),
+        helper.make_node("Conv", ["x", "kernel_value", "bias_value"], ["y"],
+                         name="model/conv1/Conv2D", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["y"], ["out"], name="model/relu/Relu"),
+    ]  # fmt: skip
+    model = _model(nodes, [x], [out])
+    feeds = [{"x": rng.standard_normal((2, 2, 6, 6)).astype(np.float32)}]
+    source = _same(model, feeds, tmp_path)
+    assert "model.conv1.weight" in source and "model.conv1.bias" in source, source
+    assert "constant" not in source, source
+
+
+def test_jax2tf_and_tf2onnx_wrapper_prefixes_are_cleaned(tmp_path: Path) -> None:
+    """jax2tf/tf2onnx wrap every name (`jax2tf_f_/pjit_f_/dense/MatMul`,
+    `serving_default_x:0`); the import names things after what is left."""
+    prefix = "jax2tf_infer_fn_/pjit_infer_fn_/"
+    x = helper.make_tensor_value_info("serving_default_x:0", TensorProto.FLOAT, ["batch", 4])
+    out = helper.make_tensor_value_info("Identity:0", TensorProto.FLOAT, None)
+    rng = np.random.default_rng(8)
+    kernel = rng.standard_normal((4, 3)).astype(np.float32)
+    inits = [numpy_helper.from_array(kernel, prefix + "dense/ReadVariableOp:0")]
+    nodes = [
+        helper.make_node("MatMul", ["serving_default_x:0", prefix + "dense/ReadVariableOp:0"],
+                         [prefix + "dense/MatMul:0"], name=prefix + "dense/MatMul"),
+        helper.make_node("Relu", [prefix + "dense/MatMul:0"], ["Identity:0"],
+                         name=prefix + "relu/Relu"),
+    ]  # fmt: skip
+    model = _model(nodes, [x], [out], inits)
+    feeds = [{"serving_default_x:0": rng.standard_normal((2, 4)).astype(np.float32)}]
+    source = _same(model, feeds, tmp_path)
+    assert "jax2tf" not in source and "pjit" not in source and "serving" not in source, source
+    assert "dense.weight_t" in source and "(x: Tensor[batch, 4; f32])" in source, source

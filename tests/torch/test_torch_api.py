@@ -197,7 +197,7 @@ def test_importing_linnet_does_not_import_torch() -> None:
 
 def test_public_api() -> None:
     assert sorted(lt.__all__) == [
-        "LinnetFunction", "LinnetModule", "generate_source", "load", "load_function",
+        "LinnetFunction", "LinnetModule", "export_linnet", "generate_source", "load", "load_function",
     ]  # fmt: skip
 
 

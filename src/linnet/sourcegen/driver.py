@@ -20,7 +20,7 @@ from linnet.progress import track
 from linnet.sourcegen import build
 from linnet.sourcegen.graph import Graph, Node, TensorInfo
 from linnet.sourcegen.layout import Layout
-from linnet.sourcegen.names import plan_local_names, sanitize, shorter_name
+from linnet.sourcegen.names import clean_exporter_name, plan_local_names, sanitize, shorter_name
 from linnet.sourcegen.outline import defined, names_read, transform
 from linnet.sourcegen.translate import (
     _FOLD_LIMIT,
@@ -103,9 +103,28 @@ def drop_unused_statements(t: Translation) -> int:
 
     _CACHE.append({})
     try:
-        return _drop_unused(t)
+        removed = _drop_unused(t)
+        _drop_unread_constants(t)
+        return removed
     finally:
         _CACHE.pop()
+
+
+def _drop_unread_constants(t: Translation) -> None:
+    """Constants materialised as members (`const::N`) for statements since dropped
+    (a mask a recovered `causal_mask` replaced) are no members: nothing reads them."""
+    from linnet.sourcegen.outline import names_read
+
+    read: set[str] = set()
+    for v in t.results:
+        if v.expr is not None:
+            read |= names_read(v.expr)
+    for stmt in t.body:
+        read |= names_read(stmt)
+    for name in [n for n in t.stored if n.startswith("const::")]:
+        if t.layout.paths.get(name) not in read:
+            t.layout.leaf(name).used = False
+            del t.stored[name]
 
 
 def _drop_unused(t: Translation) -> int:
@@ -193,7 +212,7 @@ def _input_value(t: Translation, info: TensorInfo) -> Value:
             t.opaque_dims += 1
             dim = t.generic(f"{sanitize(info.name, 'x')}_{axis}".lower())
         dims.append(dim)
-    name = t.locals.fresh(sanitize(info.name, "x"))
+    name = t.locals.fresh(sanitize(clean_exporter_name(info.name), "x"))
     value = Value(tuple(dims), info.dtype, expr=build.name(name))
     t.inputs.append((name, value))
     t.local_values[name] = value

@@ -18,7 +18,7 @@ path to the stored name, which is what `bindings.json` records.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Literal
 
 from linnet.sourcegen import build
@@ -93,16 +93,19 @@ class Layout:
         paths: dict[str, str],
         root_name: str = "Model",
         state: Collection[str] = (),
+        type_names: Mapping[str, str] | None = None,
     ) -> Layout:
         """Lay out `stored` tensors (name, shape, dtype) by their dotted names;
-        those named in `state` become `state` members."""
+        those named in `state` become `state` members. `type_names` maps a block's
+        dotted path (`model.layers.0`) to the name its type takes (a torch module
+        class); other types are named after their member."""
         layout = cls(root_name)
         for name, shape, dtype in stored:
             segments = _segments(paths.get(name, name))
             kind: LeafKind = "state" if name in state else "param"
             layout._insert(layout.root, segments, Leaf(name, shape, dtype, kind))
         _settle(layout.root, "")
-        _name_types(layout.root)
+        _name_types(layout.root, type_names or {})
         layout._record(layout.root, [])
         return layout
 
@@ -210,7 +213,8 @@ def _settle(tree: Tree, name: str) -> None:
         tree.children = dict(sorted(children.items(), key=lambda kv: int(kv[0])))
         return
     # Not an array: numbered children get names (`layer_0`).
-    element = _singular(name) if name else "item"
+    # A numbered parent (`features.1.0`, nested `Sequential`s) names no element.
+    element = _singular(name) if name and not _DIGITS.match(name) else "item"
     renamed: dict[str, Tree | Leaf] = {}
     for key, child in children.items():
         new = f"{element}_{key}" if _DIGITS.match(key) else key
@@ -241,7 +245,7 @@ def _singular(name: str) -> str:
     return name
 
 
-def _name_types(root: Tree) -> None:
+def _name_types(root: Tree, type_names: Mapping[str, str]) -> None:
     """Give every block type a name; one structure, one type."""
     by_signature: dict[object, str] = {}
     members: set[str] = set()
@@ -256,10 +260,11 @@ def _name_types(root: Tree) -> None:
     # A type named like a member would be shadowed by it inside its parent (E1208).
     namer = Namer({root.type_name, *members})
 
-    def visit(tree: Tree, member: str) -> None:
+    def visit(tree: Tree, member: str, path: str) -> None:
         for key, child in tree.children.items():
             if isinstance(child, Tree):
-                visit(child, _singular(member) if tree.array else key)
+                inner = f"{path}.{key}" if path else key
+                visit(child, _singular(member) if tree.array else key, inner)
         if tree is root:
             return
         if tree.array:
@@ -268,12 +273,13 @@ def _name_types(root: Tree) -> None:
         sig = tree.signature()
         existing = by_signature.get(sig)
         if existing is None:
-            base = pascal(member)
+            hinted = type_names.get(path)
+            base = pascal(hinted or member)
             existing = namer.fresh(base + "Block" if base in members else base)
             by_signature[sig] = existing
         tree.type_name = existing
 
-    visit(root, "")
+    visit(root, "", "")
 
 
 def method_scope_members(layout: Layout) -> frozenset[str]:
@@ -326,6 +332,11 @@ matrix transposed. `Gemm` says its orientation (`_role`).
 """
 
 
+def operand_role(node: Node, index: int) -> str | None:
+    """The role (`weight`, `bias`, `weight_t`) of a stored operand, or None."""
+    return _role(node, index)
+
+
 def _role(node: Node, index: int) -> str | None:
     if node.op == "Gemm" and index == 1:
         return "weight" if int(node.attrs.get("transB", 0)) else "weight_t"
@@ -359,6 +370,8 @@ def name_anonymous(graph: Graph) -> tuple[dict[str, str], list[str]]:
         if len(scopes) != 1 or len(roles) != 1:
             continue
         scope, role = scopes.pop(), roles.pop()
+        if not scope and len(readers) == 1:
+            scope = _scope_of_name(readers[0][0].name)
         if not scope or role is None or not _is_path(scope + ".x"):
             continue
         path = f"{scope}.{role}"
@@ -370,6 +383,20 @@ def name_anonymous(graph: Graph) -> tuple[dict[str, str], list[str]]:
         out[name] = path
         notes.append(f"named the stored tensor `{name}` `{path}` after the module that reads it")
     return out, notes
+
+
+def _scope_of_name(name: str) -> str:
+    """A module path from a node name that has no recorded scope: `conv1` stays,
+    TensorFlow-style `model/conv1/Conv2D` drops the operator and reads `model.conv1`."""
+    from linnet.sourcegen.names import clean_exporter_name
+
+    parts = [p for p in re.split(r"[/:]", clean_exporter_name(name)) if p]
+    if len(parts) > 1:
+        parts = parts[:-1]
+    cleaned = [re.sub(r"\W", "_", p).strip("_") for p in parts]
+    if not cleaned or not all(_IDENT.match(p) for p in cleaned):
+        return ""
+    return ".".join(cleaned)
 
 
 def _is_path(name: str) -> bool:

@@ -107,6 +107,31 @@ _LAYER_RESULT = "out"
 """The name of what a repeated element (`layers.0`, `h.3`) returns."""
 
 
+_WRAPPER = re.compile(
+    r"^(?:jax2tf_\w*|pjit_\w*|jit_\w*|(?:Stateful)?PartitionedCall(?:_\d+)?|__inference_\w*"
+    r"|tf2onnx\w*)$"
+)
+_WRAPPER_PREFIX = re.compile(r"^(?:jax2tf_(?:arg|out)_?|serving_default_)(?=\w)")
+
+
+def clean_exporter_name(text: str) -> str:
+    """`text` without the wrapper components jax2tf and tf2onnx add around every name:
+    `jax2tf_fn_/pjit_fn_/conv1/Conv2D` -> `conv1/Conv2D`, `serving_default_image:0`
+    -> `image`, `jax2tf_arg_0` -> `0` (sanitize gives it a prefix). Names without
+    such wrappers are returned unchanged."""
+    head, colon, tail = text.partition(":")
+    name = head if colon and tail.isdigit() else text
+    lead = "/" if name.startswith("/") else ""
+    parts = [p for p in name.split("/") if p]
+    if not parts:
+        return text
+    kept = [p for p in parts[:-1] if not _WRAPPER.match(p)]
+    kept.append(_WRAPPER_PREFIX.sub("", parts[-1]))
+    if kept == parts and name == text:
+        return text
+    return lead + "/".join(kept)
+
+
 def module_path(scope: str, node_name: str, value_name: str) -> tuple[str, ...]:
     """The module path a node belongs to, as components (`("model", "layers", "0", "mlp")`).
 
@@ -117,10 +142,15 @@ def module_path(scope: str, node_name: str, value_name: str) -> tuple[str, ...]:
     """
     if scope and not scope.startswith("_"):
         return tuple(p for p in scope.split(".") if p)
-    for text in (node_name, value_name):
+    for raw in (node_name, value_name):
+        text = clean_exporter_name(raw)
         if text.startswith("/") and text.count("/") >= 2:
             parts = [p for p in text.split("/")[1:-1] if p]
             return tuple(q for p in parts for q in p.split(".") if q)
+        if text != raw and text.count("/") >= 1:
+            # A TensorFlow name once its wrappers are gone: `conv1/Conv2D`.
+            parts = [p for p in text.split("/")[:-1] if p]
+            return tuple(sanitize(p, "v") for p in parts)
     return ()
 
 

@@ -133,7 +133,9 @@ class Refusal:
         return self.node.op
 
     def __str__(self) -> str:
-        return f"`{self.node.label}` ({self.node.qualified_op}): {self.reason}"
+        where = self.node.attrs.get("_where")
+        at = f" at {where}" if where else ""
+        return f"`{self.node.label}` ({self.node.qualified_op}){at}: {self.reason}"
 
 
 class StoredUse:

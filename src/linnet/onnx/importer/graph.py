@@ -78,10 +78,31 @@ def onnx_graph(model: onnx.ModelProto) -> Graph:
         if p.key.startswith("linnet.path.")
     }
     graph = _graph(model.graph, opsets)
+    _constant_weights(graph)
     graph.paths = paths
     graph.state, graph.next_state = _state_paths(model, graph)
     graph.paths.update(graph.state)
     return graph
+
+
+def _constant_weights(graph: Graph) -> None:
+    """Weights an exporter wrote as `Constant` nodes (a conv kernel, a projection
+    matrix) become stored tensors like initializers, so they are members named after
+    the node that reads them (`conv1.weight`, not `constant_17`): float tensors of
+    more than one element read only as a weight or bias operand."""
+    from linnet.sourcegen.layout import operand_role
+
+    readers: dict[str, list[tuple[Node, int]]] = {}
+    for node in graph.nodes:
+        for i, name in enumerate(node.inputs):
+            if name in graph.constants:
+                readers.setdefault(name, []).append((node, i))
+    for name, uses in readers.items():
+        arr = graph.constants[name]
+        if arr.dtype.kind != "f" or arr.size <= 1 or name in graph.initializers:
+            continue
+        if all(operand_role(node, i) is not None for node, i in uses):
+            graph.initializers[name] = graph.constants.pop(name)
 
 
 def _state_paths(model: onnx.ModelProto, graph: Graph) -> tuple[dict[str, str], dict[str, str]]:

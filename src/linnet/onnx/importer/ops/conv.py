@@ -28,7 +28,11 @@ from linnet.syntax import ast
 def geometry(
     ctx: Context, spatial: Sequence[Dim], kernel: Sequence[int], *, transposed: bool = False
 ) -> tuple[list[int], list[int], list[int], list[int]]:
-    """strides, dilations, pads before, pads after (ONNX conv/pool attributes, auto_pad)."""
+    """strides, dilations, pads before, pads after (ONNX conv/pool attributes, auto_pad).
+
+    `SAME_UPPER`/`SAME_LOWER` pad `(k - 1) * dilation` in all at stride 1, whatever
+    the extent, so a symbolic extent is fine there; at a larger stride the padding
+    depends on the extent modulo the stride and needs a constant extent."""
     n = len(kernel)
     strides = [int(s) for s in ctx.attr("strides", [1] * n)]
     dilations = [int(d) for d in ctx.attr("dilations", [1] * n)]
@@ -40,9 +44,18 @@ def geometry(
     if auto in ("SAME_UPPER", "SAME_LOWER") and not transposed:
         before, after = [], []
         for i in range(n):
-            size = int_dim(spatial[i], "a SAME-padded extent")
-            out = -(-size // strides[i])
-            need = max((out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - size, 0)
+            span = (kernel[i] - 1) * dilations[i]
+            if spatial[i].as_int() is None and (strides[i] == 1 or span == 0):
+                # The padding does not depend on the extent: all of the window less one.
+                need = span if strides[i] == 1 else 0
+            else:
+                size = int_dim(
+                    spatial[i],
+                    "a SAME-padded extent with a stride above 1 (its padding "
+                    "depends on the extent modulo the stride)",
+                )
+                out = -(-size // strides[i])
+                need = max((out - 1) * strides[i] + span + 1 - size, 0)
             small, big = need // 2, need - need // 2
             before.append(big if auto == "SAME_LOWER" else small)
             after.append(small if auto == "SAME_LOWER" else big)

@@ -199,24 +199,23 @@ def _axis_count(
     dtype: str,
 ) -> Value:
     """How many positions of each window along one axis count for the average."""
-    n = int_dim(size, "an averaged extent")
-    span = n + before + after + extra
+    span = ctx.simplify(size + (before + after + extra))
     pos = ctx.let(
-        build.call("iota", build.int_lit(span), generics=[build.named_type("i64")]),
-        (Dim.const(span),),
+        build.call("iota", ctx.dim(span), generics=[build.named_type("i64")]),
+        (span,),
         "i64",
         "pos",
     )
     p = ctx.ref(pos)
     if include_pad:
-        valid = build.binary("<", p, build.int_lit(n + before + after))
+        valid = build.binary("<", p, ctx.dim(ctx.simplify(size + (before + after))))
     else:
         valid = build.binary(
             "&",
             build.paren(build.binary(">=", p, build.int_lit(before))),
-            build.paren(build.binary("<", p, build.int_lit(before + n))),
+            build.paren(build.binary("<", p, ctx.dim(ctx.simplify(size + before)))),
         )
-    counted = ctx.let(cast(valid, dtype), (Dim.const(span),), dtype, "counted")
+    counted = ctx.let(cast(valid, dtype), (span,), dtype, "counted")
     table = tap_table(ctx, out, k, stride, dilation, "at")
     o, t = ctx.indices(2)
     body = build.reduction("sum", [t], access(ctx, counted, [access(ctx, table, [o, t])]))

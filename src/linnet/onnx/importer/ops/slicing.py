@@ -16,7 +16,6 @@ import numpy as np
 from linnet.check.dims import Dim
 from linnet.onnx.importer.graph import translator
 from linnet.onnx.importer.ops._common import (
-    INT64_MAX,
     elements_array,
     fold,
     norm_axis,
@@ -32,6 +31,11 @@ from linnet.syntax import ast
 ZERO = Dim.const(0)
 _BIG = 1 << 62
 """Bounds at least this large mean "to the end" (exporters write INT64_MAX or INT32_MAX-ish)."""
+_TO_END = 10**9
+"""A stop at least this large on a symbolic axis means "to the end": exporters write
+1e9 (tf2onnx, jax2tf), INT32_MAX or INT64_MAX for an open slice. Taking it as the
+axis' end, rather than `min(stop, n)`, spares every entry a vacuous `where n ==
+min(1000000000, n)`; it differs only on an axis of more than 1e9 elements."""
 
 
 @translator("Slice")
@@ -123,7 +127,7 @@ def _clamp(ctx: Context, extent: Dim, b: Dim) -> Dim:
             v += n
         return Dim.const(min(max(v, 0), n))
     if v is not None:
-        if v >= _BIG or v >= INT64_MAX // 2:
+        if v >= _TO_END:
             return extent
         if v >= 0:
             return b  # the slice extent takes min(stop, extent) itself (9.3)
