@@ -150,3 +150,32 @@ def linnet_logits(module: Any, tokens: Array) -> Array:
     with torch.no_grad():
         logits: Array = module.run_entry("forward", [torch.from_numpy(tokens)]).numpy()
     return logits
+
+
+def save_tokenizer(folder: Path, vocab_size: int = 67) -> None:
+    """A small byte-free BPE tokenizer (`tokenizer.json` + `tokenizer_config.json`) with
+    `<s>`, `</s>` and `<unk>`, its merges pairing letters, `vocab_size` tokens in all."""
+    import string
+
+    import tokenizers
+    import transformers
+
+    letters = list(string.ascii_lowercase)
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for letter in letters:
+        vocab[letter] = len(vocab)
+    merges: list[tuple[str, str]] = []
+    for first in letters:
+        for second in letters:
+            if len(vocab) >= vocab_size:
+                break
+            if first + second not in vocab:
+                merges.append((first, second))
+                vocab[first + second] = len(vocab)
+    model = tokenizers.models.BPE(vocab=vocab, merges=merges, unk_token="<unk>")
+    tokenizer = tokenizers.Tokenizer(model)
+    tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    fast.save_pretrained(folder)

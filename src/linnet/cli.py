@@ -59,6 +59,7 @@ commands:
           [--provider cpu|cuda] [--fused] [--output FILE] [--std DIR] FILE
                                                    one entry as ONNX (opset 20) text, or a file
   init [DIR]                                       create a package (linnet.toml, src/lib.linnet)
+  convert FOLDER [-o DIR] [--context N]            a transformers folder -> a model card (nest.toml)
   spec-test [--std DIR] DIR                        run a conformance directory
 
 options:
@@ -373,6 +374,27 @@ def _run_init(invocation: Invocation) -> int:
     return EXIT_OK
 
 
+# -- convert ---------------------------------------------------------------------------
+
+
+def _run_convert(invocation: Invocation) -> int:
+    from linnet.convert import convert
+
+    if len(invocation.operands) != 1:
+        raise UsageError("`convert` takes exactly one folder")
+    output = invocation.values.get("-o", invocation.values.get("--output"))
+    context = invocation.values.get("--context")
+    if context is not None and not context.isdigit():
+        raise UsageError("`--context` needs a positive integer")
+    card = convert(
+        Path(invocation.operands[0]),
+        output=Path(output) if output is not None else None,
+        context=int(context) if context is not None else None,
+    )
+    sys.stdout.write(f"wrote the model card {card.folder} ({card.root}, weights {card.weights})\n")
+    return EXIT_OK
+
+
 # -- spec-test -------------------------------------------------------------------------
 
 
@@ -416,6 +438,7 @@ _COMMANDS: dict[str, CommandSpec] = {
         frozenset({"--bind"}),
     ),
     "init": CommandSpec(_run_init),
+    "convert": CommandSpec(_run_convert, valued=frozenset({"-o", "--output", "--context"})),
     "spec-test": CommandSpec(_run_spec_test, valued=frozenset({"--std"})),
 }
 

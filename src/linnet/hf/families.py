@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Set
 from fractions import Fraction
+from pathlib import Path
 
 from linnet.records import record
 
@@ -172,15 +173,6 @@ def _decoder_generics(
         if config.get("hidden_act", "silu") != "silu":
             reasons.append(
                 f"activation `hidden_act` {config.get('hidden_act')!r}: {family} runs silu"
-            )
-        for key in ("use_sliding_window",):
-            if config.get(key):
-                reasons.append(f"`{key}` is true: sliding-window attention is not modelled")
-        window = config.get("sliding_window")
-        if family == "phi3" and isinstance(window, int) and window < int(str(positions or 0)):
-            reasons.append(
-                f"`sliding_window` {window} is shorter than the context ({positions}): "
-                "sliding-window attention is not modelled"
             )
         return out, reasons
 
@@ -461,3 +453,19 @@ def recognise(paths: Set[str], bound: Set[str], generics: Set[str]) -> tuple[Fam
     return FAMILIES[fits[0]], [
         r for name, found in reasons.items() for r in found if name != fits[0]
     ]
+
+
+def family_source(family: Family) -> Path:
+    """The Linnet source implementing `family`: shipped in the wheel as
+    `linnet/_models/<name>/lib.linnet` (pyproject force-includes the examples' `src`
+    folders), or the example itself in a source checkout."""
+    package = Path(__file__).resolve().parents[1]
+    shipped = package / "_models" / family.name / "lib.linnet"
+    if shipped.is_file():
+        return shipped
+    checkout = package.parents[1] / "examples" / family.example / "src" / "lib.linnet"
+    if checkout.is_file():
+        return checkout
+    from linnet.errors import LinnetError
+
+    raise LinnetError(f"the {family.name} source is missing: neither {shipped} nor {checkout}")
