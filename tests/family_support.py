@@ -38,7 +38,7 @@ CASES: dict[str, tuple[str, dict[str, object]]] = {
     ),
     "gpt2": (
         "gpt2",
-        {"Vocab": 67, "Positions": 64, "H": 32, "Heads": 4, "Layers": 2, "Inner": 64},
+        {"Vocab": 67, "Positions": 64, "H": 32, "Heads": 4, "Layers": 2, "Inner": 128},
     ),
 }
 FAMILIES = sorted(CASES)

@@ -79,6 +79,49 @@ def export(
     `tokenizer.json`); they are copied, and their special token ids go into the
     configs. A `LinnetError` names what does not fit, before anything is written.
     """
+    bound = bind_family(
+        source, generics=generics, weights=weights, bindings=bindings, root=root, std_root=std_root
+    )
+    family, values, tied = bound.family, bound.generics, bound.tied
+    names = [p for p in bound.arrays if not (tied and p == family.head)]
+    tokens = special_token_ids(tokenizer)
+    folder = Path(output)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {**family.config(values, tied, set(bound.arrays)), **tokens}
+    _write_json(folder / "config.json", config)
+    _write_json(folder / "generation_config.json", {"_from_model_config": True, **tokens})
+    files = _write_weights(folder, names, bound.arrays, max_shard_bytes)
+    if tokenizer is not None:
+        _copy_tokenizer(Path(tokenizer), folder)
+    return Exported(folder, family.name, tuple(files), tied, len(names))
+
+
+@record(frozen=True)
+class BoundFamily:
+    """A model bound to its weights and recognised: what every exporter starts from.
+
+    `arrays` by parameter path (memory-mapped where the checkpoint is a file),
+    `generics` the root's (defaults included, packs left out), `tied` whether
+    the head reads the token embedding.
+    """
+
+    family: Family
+    arrays: dict[str, np.ndarray]
+    generics: dict[str, int | str]
+    tied: bool
+
+
+def bind_family(
+    source: Any,
+    *,
+    generics: Mapping[str, object],
+    weights: Any,
+    bindings: Any = None,
+    root: str | None = None,
+    std_root: str | os.PathLike[str] | None = None,
+) -> BoundFamily:
+    """Check `source`, bind `generics` and `weights`, and recognise the family (or refuse
+    with each family's reasons)."""
     from linnet.ir.bind import bind
     from linnet.pipeline import check_program
     from linnet.weights import bind_model_weights
@@ -93,30 +136,7 @@ def export(
         bound.names.get(family.head) == bound.names.get(family.embedding)
         or bound.arrays[family.head] is bound.arrays[family.embedding]
     )
-    names = [p for p in bound.arrays if not (tied and p == family.head)]
-    tokens = _special_tokens(tokenizer)
-    folder = Path(output)
-    folder.mkdir(parents=True, exist_ok=True)
-    config = {**family.config(values, tied, set(bound.arrays)), **tokens}
-    _write_json(folder / "config.json", config)
-    _write_json(folder / "generation_config.json", {"_from_model_config": True, **tokens})
-    files = _write_weights(folder, names, bound.arrays, max_shard_bytes)
-    if tokenizer is not None:
-        _copy_tokenizer(Path(tokenizer), folder)
-    return Exported(folder, family.name, tuple(files), tied, len(names))
-
-
-def family_of(source: Any, *, generics: Mapping[str, object], weights: Any, **kw: Any) -> Family:
-    """The family `export` would recognise (for callers that only want to know)."""
-    from linnet.ir.bind import bind
-    from linnet.pipeline import check_program
-    from linnet.weights import bind_model_weights
-
-    program = check_program(source, kw.get("std_root"))
-    model = bind(program, root=kw.get("root"), generics=generics)
-    bound = bind_model_weights(model, _checkpoint_source(weights), bindings=kw.get("bindings"))
-    declared = {p for p, t in model.tensors.items() if t.kind != "state"}
-    return recognise(declared, set(bound.arrays), set(model.generics))[0]
+    return BoundFamily(family, dict(bound.arrays), values, tied)
 
 
 def _checkpoint_source(weights: Any) -> Any:
@@ -186,7 +206,7 @@ def _remove_stale(folder: Path, keep: set[str]) -> None:
         path.unlink()
 
 
-def _tokenizer_folder(tokenizer: Path) -> Path:
+def tokenizer_folder(tokenizer: Path) -> Path:
     if tokenizer.is_dir():
         return tokenizer
     if tokenizer.is_file():
@@ -195,7 +215,7 @@ def _tokenizer_folder(tokenizer: Path) -> Path:
 
 
 def _copy_tokenizer(tokenizer: Path, folder: Path) -> None:
-    source = _tokenizer_folder(tokenizer)
+    source = tokenizer_folder(tokenizer)
     names = [n for n in TOKENIZER_FILES if (source / n).is_file()]
     if not names:
         raise LinnetError(f"tokenizer: {source} holds none of {', '.join(TOKENIZER_FILES)}")
@@ -206,11 +226,11 @@ def _copy_tokenizer(tokenizer: Path, folder: Path) -> None:
             shutil.copyfileobj(src, out)
 
 
-def _special_tokens(tokenizer: str | os.PathLike[str] | None) -> dict[str, object]:
+def special_token_ids(tokenizer: str | os.PathLike[str] | None) -> dict[str, object]:
     """`bos_token_id`, `eos_token_id`, `pad_token_id` from the tokenizer files, where they say."""
     if tokenizer is None:
         return {}
-    source = _tokenizer_folder(Path(tokenizer))
+    source = tokenizer_folder(Path(tokenizer))
     ids: dict[str, int] = {}
     path = source / "tokenizer.json"
     if path.is_file():
