@@ -149,3 +149,25 @@ def test_sliding_window_shorter_than_the_context_is_refused(tmp_path: Path) -> N
         convert(folder, output=tmp_path / "card")
     card = convert(folder, output=tmp_path / "card", context=16)  # within the window: exact
     assert card.generics["MaxSeq"] == 16
+
+
+def test_mistral_folder_converts_to_the_llama_source(tmp_path: Path) -> None:
+    values = fs.CASES["llama"][1]
+    config = transformers.MistralConfig(
+        vocab_size=values["Vocab"], hidden_size=values["H"], num_attention_heads=values["Heads"],
+        num_key_value_heads=values["KvHeads"], intermediate_size=values["Inner"],
+        num_hidden_layers=values["Layers"], head_dim=values["HeadDim"],
+        max_position_embeddings=64, sliding_window=4096, rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        initializer_range=0.15, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        attn_implementation="eager",
+    )  # fmt: skip
+    torch.manual_seed(5)
+    reference = transformers.MistralForCausalLM(config).eval()
+    reference.save_pretrained(tmp_path / "mistral")
+    card = convert(tmp_path / "mistral", output=tmp_path / "card")
+    assert card.root == "LlamaForCausalLM" and card.source.name == "lib.linnet"
+    assert card.generics["RopeTheta"] == 1000000 and card.generics["EpsInverse"] == 100000
+    tokens = fs.tokens_of((2, 9), seed=6)
+    module = linnet_torch.load(card.folder)
+    assert_logits(fs.linnet_logits(module, tokens), fs.hf_logits(reference, tokens))

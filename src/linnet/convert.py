@@ -1,5 +1,8 @@
 """`linnet.convert`: a local transformers folder -> a model card (`linnet.card`).
 
+Families: llama, qwen2, qwen3, phi3, gpt2, and mistral (llama's source with
+mistral's config; its sliding window must not be shorter than the context).
+
 Stage: an importer that needs no graph: the five families' sources already
 exist in Linnet (`linnet.hf.families.family_source`), named after transformers'
 checkpoint names, so converting a folder is reading its `config.json` into the
@@ -60,7 +63,7 @@ def convert(
     generics["MaxSeq"] = length
     generics["Batch"] = 1
     window = config.get("sliding_window")
-    uses_window = family.name == "phi3" or bool(config.get("use_sliding_window"))
+    uses_window = family.name in ("phi3", "mistral") or bool(config.get("use_sliding_window"))
     if uses_window and isinstance(window, int) and window < length:
         reasons.append(
             f"`sliding_window` {window} is shorter than the context ({length}): "

@@ -60,7 +60,9 @@ class Family:
     - `required`: parameter paths (layer 0 standing for every layer) that must exist;
     - `present`/`absent`: optional tensors that the weights must provide / must not;
     - `embedding`, `head`: the token embedding path and the head path (None: always tied);
-    - `eps_key`: the config key of the norm eps; `activation`: (config key, value).
+    - `eps_key`: the config key of the norm eps; `activation`: (config key, value);
+    - `recognised`: False for a family that only `convert` reads (mistral is llama's
+      source with its own config, so `recognise` could not tell the two apart).
     """
 
     name: str
@@ -77,6 +79,7 @@ class Family:
     config: Callable[[Mapping[str, int | str], bool, Set[str]], JSON]
     generics: Callable[[Mapping[str, object]], tuple[dict[str, object], list[str]]]
     paired: tuple[str, str] | None = None
+    recognised: bool = True
 
     def reasons(self, paths: Set[str], bound: Set[str], generics: Set[str]) -> list[str]:
         """Why a model with these declared `paths`, `bound` tensors and `generics` is not this family."""
@@ -341,6 +344,7 @@ _GENERICS: dict[str, tuple[str, ...]] = {
     "qwen2": (*_DECODER_GENERICS, "RopeTheta", "EpsInverse"),
     "qwen3": (*_DECODER_GENERICS, "RopeTheta", "EpsInverse"),
     "phi3": (*_DECODER_GENERICS, "RopeTheta", "EpsInverse"),
+    "mistral": (*_DECODER_GENERICS, "RopeTheta", "EpsInverse"),
     "gpt2": ("Vocab", "Positions", "H", "Heads", "Layers", "Inner", "MaxSeq", "EpsInverse"),
 }
 
@@ -406,6 +410,22 @@ FAMILIES: dict[str, Family] = {
         _decoder_config("phi3", "Phi3ForCausalLM", _phi3_extra),
         _decoder_generics("phi3", eps_default=1e-5, theta_default=10000.0),
     ),
+    "mistral": Family(
+        "mistral",
+        "MistralForCausalLM",
+        "01-llama",
+        "LlamaForCausalLM",
+        (*_DECODER_COMMON, *_SEPARATE_QKV, *_SEPARATE_MLP),
+        (),
+        (*_QK_NORMS, *_QKV_BIASES),
+        "model.embed_tokens.weight",
+        "lm_head.weight",
+        "rms_norm_eps",
+        ("hidden_act", "silu"),
+        _decoder_config("mistral", "MistralForCausalLM", lambda bound: {"sliding_window": None}),
+        _decoder_generics("mistral", eps_default=1e-6, theta_default=10000.0),
+        recognised=False,
+    ),
     "gpt2": Family(
         "gpt2",
         "GPT2LMHeadModel",
@@ -438,7 +458,11 @@ def recognise(paths: Set[str], bound: Set[str], generics: Set[str]) -> tuple[Fam
     reasons every other family gave; a `LinnetError` listing each family's reasons if none fits."""
     from linnet.errors import LinnetError
 
-    reasons = {name: family.reasons(paths, bound, generics) for name, family in FAMILIES.items()}
+    reasons = {
+        name: family.reasons(paths, bound, generics)
+        for name, family in FAMILIES.items()
+        if family.recognised
+    }
     fits = [name for name, found in reasons.items() if not found]
     if len(fits) != 1:
         detail = "\n".join(
