@@ -117,7 +117,12 @@ def child(kind: str, folder: Path, out: Path, sizes: dict[str, int], llama_cpp: 
         )  # fmt: skip
     elif kind.startswith("peer-"):
         assert llama_cpp is not None
-        env = {**os.environ, "PYTHONPATH": str(Path(llama_cpp) / "gguf-py")}
+        paths = [
+            str(Path(llama_cpp) / "gguf-py"),
+            str(Path(llama_cpp)),
+            os.environ.get("PYTHONPATH", ""),
+        ]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
         script = Path(llama_cpp) / "convert_hf_to_gguf.py"
         done = subprocess.run(
             [sys.executable, str(script), str(folder), "--outtype", kind[5:],
