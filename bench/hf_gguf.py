@@ -172,11 +172,17 @@ def main() -> None:
         sizes["Layers"] = args.layers
     keep = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="hf_gguf_"))
     folder = keep / f"llama-{sizes['H']}x{sizes['Layers']}"
+    if args.child == "prepare":
+        prepare(sizes, folder)
+        return
     if args.child:
         child(args.child, folder, Path(args.out), sizes, args.llama_cpp)
         return
     start = time.perf_counter()
-    prepare(sizes, folder)
+    # in a child: a child's peak resident set starts from its parent's, so the parent stays small
+    command = [sys.executable, __file__, "--child", "prepare", "--keep", str(keep), "--out", "-"]
+    command += ["--layers", str(sizes["Layers"])] + (["--small"] if args.small else [])
+    subprocess.run(command, check=True, capture_output=True)
     size = (folder / "model.safetensors").stat().st_size
     print(f"model: {sizes}, {size / 1e9:.2f} GB of f32 weights (prepared in "
           f"{time.perf_counter() - start:.1f} s, {folder})")  # fmt: skip

@@ -35,6 +35,7 @@ from linnet.atomic import atomic_write
 from linnet.errors import LinnetError
 from linnet.hf.folder import BoundFamily, bind_family
 from linnet.records import record
+from linnet.weights.safetensors import release_mapped
 
 OUTTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
 _ARCHES = {"llama": "LLAMA", "qwen2": "QWEN2", "qwen3": "QWEN3", "phi3": "PHI3", "gpt2": "GPT2"}
@@ -114,6 +115,7 @@ def export(
         writer.write_ti_data_to_file()
         for path, _ in plan:
             writer.write_tensor_data(_data(bound, path, outtype))
+            release_mapped(bound.arrays[path])
         handle.flush()
         writer.fout = None
     if modelfile:
