@@ -64,6 +64,7 @@ commands:
           [--provider cpu|cuda] [--fused] [--grad] [--dynamic G,G...] [--output FILE]
           [--std DIR] FILE                         one entry as ONNX (opset 20) text, or a file
   init [DIR]                                       create a package (linnet.toml, src/lib.linnet)
+  convert FOLDER [-o DIR] [--context N]            a transformers folder -> a model card (nest.toml)
   spec-test [--std DIR] DIR                        run a conformance directory
   serve --source FILE --weights W --tokenizer DIR [--generics FILE.json] [--bind G=V]...
           [--backend torch|onnx] [--device D] [--host 127.0.0.1] [--port 8000]
@@ -544,6 +545,27 @@ def _run_init(invocation: Invocation) -> int:
     return EXIT_OK
 
 
+# -- convert ---------------------------------------------------------------------------
+
+
+def _run_convert(invocation: Invocation) -> int:
+    from linnet.convert import convert
+
+    if len(invocation.operands) != 1:
+        raise UsageError("`convert` takes exactly one folder")
+    output = invocation.values.get("-o", invocation.values.get("--output"))
+    context = invocation.values.get("--context")
+    if context is not None and not context.isdigit():
+        raise UsageError("`--context` needs a positive integer")
+    card = convert(
+        Path(invocation.operands[0]),
+        output=Path(output) if output is not None else None,
+        context=int(context) if context is not None else None,
+    )
+    sys.stdout.write(f"wrote the model card {card.folder} ({card.root}, weights {card.weights})\n")
+    return EXIT_OK
+
+
 # -- spec-test -------------------------------------------------------------------------
 
 
@@ -681,6 +703,7 @@ _COMMANDS: dict[str, CommandSpec] = {
         frozenset({"--bind"}),
     ),
     "init": CommandSpec(_run_init),
+    "convert": CommandSpec(_run_convert, valued=frozenset({"-o", "--output", "--context"})),
     "spec-test": CommandSpec(_run_spec_test, valued=frozenset({"--std"})),
     "serve": CommandSpec(
         _run_serve,

@@ -70,23 +70,26 @@ SIZES = {"Vocab": 61, "H": 32, "Heads": 4, "KvHeads": 2, "Inner": 48, "Layers": 
 def hf_config(sizes: Mapping[str, int], max_seq: int = 64, **extra: Any) -> Any:
     """The transformers config matching `sizes` and the example's fixed constants
     (rope theta 10000, RMS eps 1e-5), without special tokens so generate never stops."""
+    settings: dict[str, Any] = {
+        "rms_norm_eps": 1e-5,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        "head_dim": sizes["H"] // sizes["Heads"],
+        **extra,
+    }
     config = transformers.LlamaConfig(
         vocab_size=sizes["Vocab"],
         hidden_size=sizes["H"],
         num_attention_heads=sizes["Heads"],
         num_key_value_heads=sizes["KvHeads"],
-        head_dim=sizes["H"] // sizes["Heads"],
         intermediate_size=sizes["Inner"],
         num_hidden_layers=sizes["Layers"],
         max_position_embeddings=max_seq,
-        rms_norm_eps=1e-5,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         initializer_range=0.15,
         bos_token_id=None,
         eos_token_id=None,
         pad_token_id=None,
         attn_implementation="eager",
-        **extra,
+        **settings,
     )
     return config
 
@@ -378,3 +381,48 @@ def test_linnet_onnx_command_runs_in_onnxruntime(
     )
     (logits,) = session.run(None, feeds)
     assert_logits(logits, reference_logits(reference, tokens))
+
+
+# -- the config's values as generics ------------------------------------------------------
+
+CONFIG_GENERICS = {
+    "HeadDim": 16,  # explicit head_dim, not H / Heads
+    "RopeTheta": 500000,
+    "EpsInverse": 1000000,
+    "RopeFactor": 8,
+    "RopeLowFreqFactor": 1,
+    "RopeHighFreqFactor": 4,
+    "RopeOriginalMaxSeq": 32,
+}
+
+
+def test_config_values_bind_as_generics() -> None:
+    """rope theta, rms eps, head_dim and llama3 rope scaling set by the caller, not the source."""
+    torch.manual_seed(17)
+    config = hf_config(
+        SIZES,
+        rms_norm_eps=1e-6,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+        },
+        head_dim=CONFIG_GENERICS["HeadDim"],
+    )
+    reference = transformers.LlamaForCausalLM(config).eval()
+    assert reference.model.layers[0].self_attn.q_proj.weight.shape == (64, 32)
+    binds = {**generics(SIZES, batch=1, max_seq=40), **CONFIG_GENERICS}
+    backend = demo.TorchBackend(binds, state_dict(reference), compile=True)
+    tokens = tokens_of((1, 37), seed=18)
+    expected = reference_logits(reference, tokens)
+    assert_logits(backend.forward(tokens), expected)
+    backend.reset()
+    assert_logits(backend.prefill(tokens[:, :30], 0), expected[:, :30])
+    for position in range(30, 37):
+        assert_logits(backend.decode(tokens[:, position], position), expected[:, position])
+    # the scaling matters: unscaled frequencies give other logits
+    plain = demo.TorchBackend({**binds, "RopeFactor": 1}, state_dict(reference), compile=True)
+    assert float(np.abs(plain.forward(tokens) - expected).max()) > 1e-3

@@ -129,9 +129,12 @@ def test_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     binds = [a for k, v in GENERICS.items() if k != "S" for a in ("--bind", f"{k}={v}")]
     status, _, err = run(capsys, "onnx", "--std", std, *binds, llama)
     assert status == 1 and "`S`" in err
-    bad = [a for k, v in {**GENERICS, "Heads": 3}.items() for a in ("--bind", f"{k}={v}")]
+    # (the head size is the generic HeadDim, H / Heads by default: Heads need not divide H)
+    bad = [
+        a for k, v in {**GENERICS, "Heads": 3, "KvHeads": 2}.items() for a in ("--bind", f"{k}={v}")
+    ]
     status, _, err = run(capsys, "onnx", "--std", std, *bad, llama)
-    assert status == 1 and "H % Heads == 0" in err
+    assert status == 1 and "Heads % KvHeads == 0" in err
     status, _, err = run(capsys, "onnx", "--provider", "tpu", llama)
     assert status == 2 and "`--provider` takes `cpu` or `cuda`" in err and USAGE in err
     status, _, err = run(capsys, "onnx", llama, llama)

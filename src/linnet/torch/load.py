@@ -92,6 +92,8 @@ def load(
 ) -> LinnetModule:
     """Load a Linnet model as an `nn.Module` (see `LinnetModule`).
 
+    `source` may also be a model card folder (`linnet.card`): its source,
+    generics, weights, root and bindings fill what the caller leaves out.
     `generics` binds the root block's generics (`{"H": 512, "T": "bf16"}`);
     `root` names the root block when the file has several with entries;
     `bindings` maps paths to checkpoint names (a `bindings.json` path or a
@@ -114,7 +116,12 @@ def load(
     >>> m(torch.ones(1, 2))
     tensor([[2., 3.]])
     """
+    from linnet.card import loader_arguments
     from linnet.ir.bind import bind
+
+    source, generics, weights, root, bindings = loader_arguments(
+        source, generics, weights, root, bindings
+    )
 
     program = check_program(source, std_root)
     if tensor_parallel:

@@ -30,7 +30,7 @@ import mmap
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import ml_dtypes
@@ -175,6 +175,20 @@ class SafeTensorsFile:
             except OSError as error:
                 raise LinnetError(f"{self.path}: cannot map the file: {error}") from None
         return self._map
+
+
+def release_mapped(array: np.ndarray) -> None:
+    """Drop the resident pages of the file mapping behind `array` (if it is memory-mapped).
+
+    Streaming writers call this after each tensor: the pages are clean and file
+    backed, so they are read again from the page cache if touched later, and the
+    process's resident set stays near one tensor instead of the whole checkpoint.
+    """
+    base: object = array
+    while isinstance(base, np.ndarray | memoryview):
+        base = base.base if isinstance(base, np.ndarray) else base.obj
+    if isinstance(base, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+        base.madvise(mmap.MADV_DONTNEED)
 
 
 def read_safetensors(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
@@ -354,6 +368,54 @@ def save_safetensors(
         for array in arrays:
             if array.size:
                 handle.write(array.reshape(-1).view(np.uint8).data)
+
+
+def save_safetensors_streamed(
+    path: str | os.PathLike[str],
+    tensors: Sequence[tuple[str, str, tuple[int, ...]]],
+    load: Callable[[str], np.ndarray],
+    metadata: Mapping[str, str] | None = None,
+) -> int:
+    """Write `(name, linnet dtype, shape)` tensors to `path`, reading each with `load(name)`
+    only when its bytes are due, so a checkpoint larger than memory streams through.
+
+    The layout is `save_safetensors`'s (largest element size first, then by name);
+    the header is built from the declared dtypes and shapes, and each loaded
+    array must match them. Atomic (`linnet.atomic`); returns the data bytes written.
+    """
+    target = Path(path)
+    header: dict[str, object] = {}
+    if metadata:
+        header[METADATA_KEY] = dict(metadata)
+    order = sorted(tensors, key=lambda t: (-NUMPY_DTYPES[t[1]].itemsize, t[0]))
+    offset = 0
+    for name, dtype, shape in order:
+        size = int(np.prod(shape, dtype=np.int64)) * NUMPY_DTYPES[dtype].itemsize
+        header[name] = {
+            "dtype": LINNET_TO_ST[dtype],
+            "shape": list(shape),
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    encoded = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    encoded += b" " * (-(8 + len(encoded)) % 8)
+    with atomic_write(target, durable=False) as handle:
+        handle.write(len(encoded).to_bytes(8, "little"))
+        handle.write(encoded)
+        for name, dtype, shape in order:
+            loaded = load(name)
+            array = np.asarray(loaded)
+            want = NUMPY_DTYPES[dtype].newbyteorder("<")
+            if tuple(array.shape) != tuple(shape) or array.dtype.newbyteorder("<") != want:
+                raise LinnetError(
+                    f"{target}: tensor `{name}` is {array.dtype} {list(array.shape)}, "
+                    f"declared {dtype} {list(shape)}"
+                )
+            array = np.asarray(array, dtype=want, order="C")
+            if array.size:
+                handle.write(array.reshape(-1).view(np.uint8).data)
+            release_mapped(loaded)
+    return offset
 
 
 def _header_for(

@@ -117,8 +117,9 @@ def load_model(
 ) -> OnnxModel:
     """Load a Linnet model to run on ONNX Runtime (see `OnnxModel`).
 
-    `source` is source text, a `.linnet` file or package folder, or a checked
-    program; `generics` binds the root block's generics; `weights` is a
+    `source` is source text, a `.linnet` file or package folder, a checked
+    program, or a model card folder (`linnet.card`: its source, generics,
+    weights, root and bindings fill what the caller leaves out); `generics` binds the root block's generics; `weights` is a
     SafeTensors file, a sharded folder or index, or arrays by path (or by
     checkpoint name, with `bindings`); `cast_dtype` converts stored dtypes to
     the declared ones; `providers` goes to every `InferenceSession` unchanged
@@ -138,7 +139,12 @@ def load_model(
     >>> m.run_entry("forward", [np.ones((1, 2), np.float32)])
     array([[2., 3.]], dtype=float32)
     """
+    from linnet.card import loader_arguments
     from linnet.ir.bind import bind
+
+    source, generics, weights, root, bindings = loader_arguments(
+        source, generics, weights, root, bindings
+    )
 
     program = check_program(source, std_root)
     model = bind(program, root=root, generics=generics)

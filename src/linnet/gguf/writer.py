@@ -1,0 +1,228 @@
+"""`linnet.gguf.export`: a Linnet model of one of the families -> a GGUF file for llama.cpp.
+
+Stage: exporter. In: a source, the root's generics and weights (bound and
+recognised as `linnet.hf.export` does: `linnet.hf.folder.bind_family`). Out:
+one GGUF v3 file written with the `gguf` package (llama.cpp's own writer and
+tensor-name maps; no llama.cpp checkout needed), plus, with a tokenizer, its
+vocabulary and merges; `linnet.gguf.modelfile` writes the Ollama Modelfile.
+
+What llama.cpp expects and the transformers names do not give:
+- names: `gguf.get_tensor_name_map(arch)` maps every transformers name
+  (`model.layers.3.self_attn.q_proj.weight` -> `blk.3.attn_q.weight`);
+- llama's Q and K rows are permuted from the rotate-half layout to the
+  interleaved pairs llama.cpp's LLAMA rope reads (`permute_rows`, the
+  converter's `LlamaModel.permute`); qwen2, qwen3 and phi3 use the NEOX rope
+  and keep their rows;
+- GPT-2's Conv1D weights `[in, out]` are stored transposed, `[out, in]`;
+- outtypes as the converter writes them: 1-D tensors (norms, biases) stay f32;
+  matrices become f16, bf16, q8_0 or q4_0 (a matrix whose rows do not split
+  into 32-element blocks falls back to f16, as llama.cpp's converter does).
+
+Tensors are converted and written one at a time (the header is written first
+from shapes alone), into a temporary file renamed at the end (`linnet.atomic`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from linnet.atomic import atomic_write
+from linnet.errors import LinnetError
+from linnet.hf.folder import BoundFamily, bind_family
+from linnet.records import record
+from linnet.weights.safetensors import release_mapped
+
+OUTTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
+_ARCHES = {"llama": "LLAMA", "qwen2": "QWEN2", "qwen3": "QWEN3", "phi3": "PHI3", "gpt2": "GPT2"}
+_CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
+
+
+@record(frozen=True)
+class GgufExported:
+    """What `export` wrote: the file, the family (llama.cpp architecture) and the outtype."""
+
+    path: Path
+    family: str
+    outtype: str
+    tensors: int
+
+
+def export(
+    source: Any,
+    output: str | os.PathLike[str],
+    *,
+    generics: Mapping[str, object],
+    weights: Any,
+    outtype: str = "f16",
+    tokenizer: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+    bindings: Any = None,
+    root: str | None = None,
+    std_root: str | os.PathLike[str] | None = None,
+    modelfile: bool = True,
+) -> GgufExported:
+    """Write `output` (a `.gguf` file) for `source` bound with `generics` and `weights`.
+
+    `outtype` is one of f32, f16, bf16, q8_0, q4_0. `tokenizer` is a folder
+    (or its `tokenizer.json`) whose BPE vocabulary, merges and special tokens
+    go into the file (llama.cpp needs them to run; transformers' GGUF loader
+    does not). `name` is `general.name` (default: the file's stem). With
+    `modelfile`, an Ollama `Modelfile` is written beside the file (`linnet.gguf.modelfile`).
+    """
+    import gguf
+
+    if outtype not in OUTTYPES:
+        raise LinnetError(f"outtype {outtype!r} is not one of {', '.join(OUTTYPES)}")
+    bound = bind_family(
+        source, generics=generics, weights=weights, bindings=bindings, root=root, std_root=std_root
+    )
+    _refuse_unwritable(bound)
+    target = Path(output)
+    arch = getattr(gguf.MODEL_ARCH, _ARCHES[bound.family.name])
+    writer = gguf.GGUFWriter(path=None, arch=gguf.MODEL_ARCH_NAMES[arch])
+    _add_metadata(writer, bound, name or target.stem, outtype)
+    if tokenizer is not None:
+        from linnet.gguf.vocab import add_vocabulary
+
+        template = add_vocabulary(
+            writer, Path(tokenizer), int(bound.generics["Vocab"]), bound.family.name
+        )
+    else:
+        template = None
+    names = gguf.get_tensor_name_map(arch, int(bound.generics["Layers"]))
+    plan = [
+        (path, _gguf_name(names, path))
+        for path in bound.arrays
+        if not (bound.tied and path == bound.family.head)
+    ]
+    for path, gname in plan:  # the header first, from shapes and types alone
+        shape, qtype, dtype = _layout(bound, path, outtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        writer.add_tensor_info(gname, shape, dtype, nbytes, raw_dtype=qtype)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(target, durable=False) as handle:
+        # NOTE: the writer's own open() is bypassed so the file goes through linnet.atomic;
+        # these are the two fields its `open_output_file` would set.
+        writer.fout = [handle]  # type: ignore[list-item]
+        writer.state = gguf.gguf_writer.WriterState.EMPTY
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for path, _ in plan:
+            writer.write_tensor_data(_data(bound, path, outtype))
+            release_mapped(bound.arrays[path])
+        handle.flush()
+        writer.fout = None
+    if modelfile:
+        from linnet.gguf.modelfile import write_modelfile
+
+        write_modelfile(target, template)
+    return GgufExported(target, bound.family.name, outtype, len(plan))
+
+
+def _refuse_unwritable(bound: BoundFamily) -> None:
+    problems = []
+    if int(bound.generics.get("RopeFactor", 1)) != 1:
+        problems.append("llama3 rope scaling (RopeFactor > 1) is not written to GGUF yet")
+    dtype = str(bound.generics.get("T", "f32"))
+    if dtype not in ("f32", "f16", "bf16"):
+        problems.append(f"T = {dtype} has no GGUF source type")
+    if problems:
+        raise LinnetError("cannot write GGUF: " + "; ".join(problems))
+
+
+def _gguf_name(names: Any, path: str) -> str:
+    found = names.get_name(path, try_suffixes=(".weight", ".bias"))
+    if found is None:
+        raise LinnetError(f"no llama.cpp tensor name for `{path}`")
+    return str(found)
+
+
+def permute_rows(weights: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's Q/K row order: within each head, the rotate-half halves interleaved
+    (`convert_hf_to_gguf.py`'s `LlamaModel.permute`); works for biases too."""
+    return (
+        weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
+
+
+def _layout(bound: BoundFamily, path: str, outtype: str) -> tuple[tuple[int, ...], Any, Any]:
+    """(stored shape, GGML type or None for a plain NumPy dtype, NumPy dtype) of `path`."""
+    import gguf
+
+    shape = tuple(bound.arrays[path].shape)
+    if bound.family.name == "gpt2" and path.endswith(_CONV1D):
+        shape = shape[::-1]
+    if len(shape) < 2 or outtype == "f32":
+        return shape, None, np.dtype(np.float32)
+    qtype = {
+        "f16": None,
+        "bf16": gguf.GGMLQuantizationType.BF16,
+        "q8_0": gguf.GGMLQuantizationType.Q8_0,
+        "q4_0": gguf.GGMLQuantizationType.Q4_0,
+    }[outtype]
+    if qtype is None or shape[-1] % gguf.GGML_QUANT_SIZES[qtype][0]:
+        return shape, None, np.dtype(np.float16)
+    return tuple(gguf.quant_shape_to_byte_shape(shape, qtype)), qtype, np.dtype(np.uint8)
+
+
+def _data(bound: BoundFamily, path: str, outtype: str) -> np.ndarray:
+    """The bytes to store for `path`, as `_layout` describes them."""
+    import gguf
+
+    array = np.asarray(bound.arrays[path], dtype=np.float32)
+    if bound.family.name == "gpt2" and path.endswith(_CONV1D):
+        array = array.T
+    if bound.family.name == "llama":
+        if ".self_attn.q_proj." in path:
+            array = permute_rows(array, int(bound.generics["Heads"]))
+        elif ".self_attn.k_proj." in path:
+            array = permute_rows(array, int(bound.generics["KvHeads"]))
+    array = np.ascontiguousarray(array)
+    _, qtype, dtype = _layout(bound, path, outtype)
+    if qtype is None:
+        return array.astype(dtype, copy=False)
+    return np.asarray(gguf.quants.quantize(array, qtype))
+
+
+def _add_metadata(writer: Any, bound: BoundFamily, name: str, outtype: str) -> None:
+    import gguf
+
+    g = {k: v for k, v in bound.generics.items()}
+    writer.add_name(name)
+    writer.add_file_type(
+        {
+            "f32": gguf.LlamaFileType.ALL_F32,
+            "f16": gguf.LlamaFileType.MOSTLY_F16,
+            "bf16": gguf.LlamaFileType.MOSTLY_BF16,
+            "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+            "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+        }[outtype]
+    )
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    writer.add_block_count(int(g["Layers"]))
+    writer.add_embedding_length(int(g["H"]))
+    writer.add_feed_forward_length(int(g["Inner"]))
+    writer.add_head_count(int(g["Heads"]))
+    writer.add_vocab_size(int(g["Vocab"]))
+    eps = 1.0 / int(g["EpsInverse"])
+    if bound.family.name == "gpt2":
+        writer.add_context_length(int(g["Positions"]))
+        writer.add_head_count_kv(int(g["Heads"]))
+        writer.add_layer_norm_eps(eps)
+        return
+    head_dim = int(g["HeadDim"])
+    writer.add_context_length(int(g["MaxSeq"]))
+    writer.add_head_count_kv(int(g["KvHeads"]))
+    writer.add_layer_norm_rms_eps(eps)
+    writer.add_rope_freq_base(float(int(g["RopeTheta"])))
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)

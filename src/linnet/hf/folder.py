@@ -1,0 +1,260 @@
+"""`linnet.hf.export` (this module is `linnet.hf.folder`): a checked Linnet model and its weights -> a Hugging Face folder.
+
+Stage: exporter (architecture.md "The second wave"). In: a source, the root's
+generics and a checkpoint (bound as `linnet.torch.load` binds it). Out: a folder
+that transformers, vLLM, SGLang and TGI load unchanged: `config.json`,
+`generation_config.json`, `model.safetensors` (or shards past `max_shard_bytes`
+with `model.safetensors.index.json`) under transformers' tensor names, and the
+tokenizer files when given.
+
+The family (llama, qwen2, qwen3, phi3, gpt2) is recognised from the parameter
+paths, the generics and which optional tensors the weights hold
+(`linnet.hf.families`); a model of none of them is refused with each family's
+reasons. Tensors are written one at a time from the (memory-mapped) checkpoint,
+never all in memory, and every file goes through `linnet.atomic`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from linnet.atomic import atomic_write, write_bytes
+from linnet.errors import LinnetError
+from linnet.hf.families import Family, recognise
+from linnet.records import record
+
+MAX_SHARD_BYTES = 5_000_000_000  # transformers' default `max_shard_size="5GB"`
+SINGLE_NAME = "model.safetensors"
+INDEX_NAME = "model.safetensors.index.json"
+# The files a tokenizer may consist of, as `save_pretrained` writes them.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+
+
+@record(frozen=True)
+class Exported:
+    """What `export` wrote: the folder, the family, the tensor files and whether the head is tied."""
+
+    folder: Path
+    family: str
+    weight_files: tuple[str, ...]
+    tied: bool
+    tensors: int
+
+
+def export(
+    source: Any,
+    output: str | os.PathLike[str],
+    *,
+    generics: Mapping[str, object],
+    weights: Any,
+    bindings: Any = None,
+    root: str | None = None,
+    std_root: str | os.PathLike[str] | None = None,
+    tokenizer: str | os.PathLike[str] | None = None,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
+) -> Exported:
+    """Write the Hugging Face folder `output` for `source` bound with `generics` and `weights`.
+
+    `weights` is a SafeTensors file, a shard folder or index, or a mapping of
+    arrays (NumPy or torch); `bindings` maps paths to checkpoint names as in
+    `linnet.torch.load`. `tokenizer` is a folder holding tokenizer files (or a
+    `tokenizer.json`); they are copied, and their special token ids go into the
+    configs. A `LinnetError` names what does not fit, before anything is written.
+    """
+    bound = bind_family(
+        source, generics=generics, weights=weights, bindings=bindings, root=root, std_root=std_root
+    )
+    family, values, tied = bound.family, bound.generics, bound.tied
+    names = [p for p in bound.arrays if not (tied and p == family.head)]
+    tokens = special_token_ids(tokenizer)
+    folder = Path(output)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {**family.config(values, tied, set(bound.arrays)), **tokens}
+    _write_json(folder / "config.json", config)
+    _write_json(folder / "generation_config.json", {"_from_model_config": True, **tokens})
+    files = _write_weights(folder, names, bound.arrays, max_shard_bytes)
+    if tokenizer is not None:
+        _copy_tokenizer(Path(tokenizer), folder)
+    return Exported(folder, family.name, tuple(files), tied, len(names))
+
+
+@record(frozen=True)
+class BoundFamily:
+    """A model bound to its weights and recognised: what every exporter starts from.
+
+    `arrays` by parameter path (memory-mapped where the checkpoint is a file),
+    `generics` the root's (defaults included, packs left out), `tied` whether
+    the head reads the token embedding.
+    """
+
+    family: Family
+    arrays: dict[str, np.ndarray]
+    generics: dict[str, int | str]
+    tied: bool
+
+
+def bind_family(
+    source: Any,
+    *,
+    generics: Mapping[str, object],
+    weights: Any,
+    bindings: Any = None,
+    root: str | None = None,
+    std_root: str | os.PathLike[str] | None = None,
+) -> BoundFamily:
+    """Check `source`, bind `generics` and `weights`, and recognise the family (or refuse
+    with each family's reasons)."""
+    from linnet.ir.bind import bind
+    from linnet.pipeline import check_program
+    from linnet.weights import bind_model_weights
+
+    program = check_program(source, std_root)
+    model = bind(program, root=root, generics=generics)
+    bound = bind_model_weights(model, _checkpoint_source(weights), bindings=bindings)
+    declared = {p for p, t in model.tensors.items() if t.kind != "state"}
+    family, _ = recognise(declared, set(bound.arrays), set(model.generics))
+    values = {k: v for k, v in model.generics.items() if not isinstance(v, tuple)}
+    tied = family.head is None or (
+        bound.names.get(family.head) == bound.names.get(family.embedding)
+        or bound.arrays[family.head] is bound.arrays[family.embedding]
+    )
+    return BoundFamily(family, dict(bound.arrays), values, tied)
+
+
+def _checkpoint_source(weights: Any) -> Any:
+    """Arrays in a mapping as NumPy (torch tensors converted); files and folders as they are."""
+    if isinstance(weights, Mapping) and not all(
+        isinstance(v, np.ndarray) for v in weights.values()
+    ):
+        from linnet.torch.load import numpy_weights
+
+        return numpy_weights(weights)
+    return weights
+
+
+def _write_json(path: Path, value: object) -> None:
+    write_bytes(path, (json.dumps(value, indent=2) + "\n").encode("utf-8"))
+
+
+def _write_weights(
+    folder: Path, names: list[str], arrays: Mapping[str, np.ndarray], max_shard_bytes: int
+) -> list[str]:
+    """One file, or shards of at most `max_shard_bytes` each (a bigger tensor alone) and an index."""
+    from linnet.weights.safetensors import linnet_dtype_of, save_safetensors_streamed
+
+    specs = [(n, linnet_dtype_of(arrays[n]), tuple(arrays[n].shape)) for n in names]
+    shards: list[list[tuple[str, str, tuple[int, ...]]]] = [[]]
+    size = 0
+    total = 0
+    for spec in specs:
+        nbytes = int(arrays[spec[0]].nbytes)
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(spec)
+        size += nbytes
+        total += nbytes
+    metadata = {"format": "pt"}
+    if len(shards) == 1:
+        files = [SINGLE_NAME]
+    else:
+        files = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    _remove_stale(folder, set(files))
+    for file, shard in zip(files, shards, strict=True):
+        save_safetensors_streamed(folder / file, shard, lambda n: arrays[n], metadata)
+    if len(files) > 1:
+        weight_map = {
+            name: file for file, shard in zip(files, shards, strict=True) for name, *_ in shard
+        }
+        _write_json(
+            folder / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": weight_map}
+        )
+    return files
+
+
+def _remove_stale(folder: Path, keep: set[str]) -> None:
+    """Weight files of an earlier export into the same folder that this one does not rewrite:
+    transformers would otherwise find two checkpoints."""
+    stale = [
+        p
+        for p in folder.iterdir()
+        if p.name not in keep
+        and (
+            p.name in (SINGLE_NAME, INDEX_NAME)
+            or (p.name.startswith("model-") and p.suffix == ".safetensors")
+        )
+    ]
+    for path in stale:
+        path.unlink()
+
+
+def tokenizer_folder(tokenizer: Path) -> Path:
+    if tokenizer.is_dir():
+        return tokenizer
+    if tokenizer.is_file():
+        return tokenizer.parent
+    raise LinnetError(f"tokenizer: {tokenizer}: no such file or folder")
+
+
+def _copy_tokenizer(tokenizer: Path, folder: Path) -> None:
+    source = tokenizer_folder(tokenizer)
+    names = [n for n in TOKENIZER_FILES if (source / n).is_file()]
+    if not names:
+        raise LinnetError(f"tokenizer: {source} holds none of {', '.join(TOKENIZER_FILES)}")
+    for name in names:
+        if (source / name).resolve() == (folder / name).resolve():
+            continue
+        with (source / name).open("rb") as src, atomic_write(folder / name) as out:
+            shutil.copyfileobj(src, out)
+
+
+def special_token_ids(tokenizer: str | os.PathLike[str] | None) -> dict[str, object]:
+    """`bos_token_id`, `eos_token_id`, `pad_token_id` from the tokenizer files, where they say."""
+    if tokenizer is None:
+        return {}
+    source = tokenizer_folder(Path(tokenizer))
+    ids: dict[str, int] = {}
+    path = source / "tokenizer.json"
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise LinnetError(f"tokenizer: {path}: {exc}") from None
+        for token in data.get("added_tokens", []):
+            ids[str(token.get("content"))] = int(token.get("id"))
+        vocab = (data.get("model") or {}).get("vocab")
+        if isinstance(vocab, dict):
+            ids = {**{str(k): int(v) for k, v in vocab.items() if isinstance(v, int)}, **ids}
+    settings: dict[str, object] = {}
+    config_path = source / "tokenizer_config.json"
+    if config_path.is_file():
+        try:
+            settings = json.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise LinnetError(f"tokenizer: {config_path}: {exc}") from None
+    out: dict[str, object] = {}
+    for role in ("bos", "eos", "pad"):
+        token = settings.get(f"{role}_token")
+        if isinstance(token, dict):
+            token = token.get("content")
+        if isinstance(token, str) and token in ids:
+            out[f"{role}_token_id"] = ids[token]
+    return out
