@@ -38,9 +38,10 @@ from linnet.syntax.tokens import PRELUDE_NAMES
 def check_declared_name(ctx: Context, ident: ast.Ident, what: str) -> bool:
     """E1207: no declaration may reuse a prelude name (10.1). True if the name is fine."""
     if ident.name in PRELUDE_NAMES:
+        article = "an" if what[:1] in "aeiou" else "a"
         ctx.error(
             "E1207",
-            f"`{ident.name}` is a prelude name and cannot name a {what}",
+            f"`{ident.name}` is a prelude name and cannot name {article} {what}",
             ident.span,
             "prelude name",
             notes=("built-in prelude names are off limits for declarations",),
