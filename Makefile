@@ -9,7 +9,7 @@ LOCK := requirements.lock
 STAMP := $(VENV)/.installed
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: venv test test-slow lint format demo bench lock clean
+.PHONY: venv test test-slow lint format demo bench lock lock-upgrade clean
 
 venv: $(STAMP)
 
@@ -22,8 +22,13 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(PIP) check
 	touch $(STAMP)
 
+# The lock updated for pyproject.toml's changes (locked packages keep their versions);
+# lock-upgrade resolves every package afresh.
 lock:
 	$(PYTHON) tools/lock.py lock
+
+lock-upgrade:
+	$(PYTHON) tools/lock.py lock --upgrade
 
 lint: venv
 	$(PY) -m ruff check src tests bench examples tools

@@ -7,7 +7,8 @@ header carries a digest of pyproject.toml's dependency tables, so a change there
 without a new lock is caught by `tests/test_lock.py`, which also checks that every
 requirement of pyproject.toml is satisfied by a pin.
 
-    python tools/lock.py lock      # `make lock`: resolve afresh and write requirements.lock
+    python tools/lock.py lock      # `make lock`: the lock updated for pyproject.toml's changes
+    python tools/lock.py lock --upgrade   # every package resolved afresh
     python tools/lock.py digest    # the digest of pyproject.toml's dependencies
 
 `lock` builds a throw-away venv from pyproject.toml alone (no lock), installs the
@@ -98,7 +99,13 @@ def write(python: str) -> None:
     print(f"{LOCK.name}: {len(pins)} packages pinned")
 
 
-def lock() -> None:
+def lock(upgrade: bool = False) -> None:
+    """Resolve pyproject.toml in a throw-away venv and write the lock.
+
+    Unless `upgrade`, the current lock's pins are constraints: a package already locked
+    keeps its version, and only what is new (or no longer satisfies pyproject.toml) is
+    resolved afresh, so adding one dependency does not move every other one.
+    """
     import tempfile
 
     build = dependency_tables()["build-system"]
@@ -108,14 +115,38 @@ def lock() -> None:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         python = str(venv / "bin" / "python")
         pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        if not upgrade and LOCK.exists():
+            constraints = Path(tmp) / "constraints.txt"
+            constraints.write_text(_kept_pins(), encoding="utf-8")
+            pip += ["-c", str(constraints)]
         subprocess.run([*pip, *build], check=True)
         subprocess.run([*pip, "-e", f"{ROOT}[dev]"], check=True)
         write(python)
 
 
+def _kept_pins() -> str:
+    """The current pins that still satisfy every requirement of pyproject.toml naming them."""
+    from packaging.requirements import Requirement
+
+    tables = dependency_tables()
+    wanted: list[str] = [*tables["build-system"], *tables["dependencies"]]  # type: ignore[misc]
+    for extra in tables["optional-dependencies"].values():  # type: ignore[union-attr]
+        wanted += extra
+    reqs = [Requirement(r) for r in wanted if not r.startswith(PROJECT)]
+    kept = []
+    for name, version in read_pins().items():
+        if all(
+            r.specifier.contains(version, prereleases=True)
+            for r in reqs
+            if canonical(r.name) == name
+        ):
+            kept.append(f"{name}=={version}")
+    return "\n".join(kept) + "\n"
+
+
 def main(argv: list[str]) -> int:
-    if argv == ["lock"]:
-        lock()
+    if argv in (["lock"], ["lock", "--upgrade"]):
+        lock(upgrade=argv == ["lock", "--upgrade"])
         return 0
     if argv == ["digest"]:
         print(digest())
