@@ -171,6 +171,13 @@ COMMAND_HELP: dict[str, str] = {
     "spec-test": "usage: linnet spec-test [--std DIR] DIR\n\n"
     "Run a conformance directory: print `FAIL <file>: <reason>` per failure and\n"
     "`<n> cases, <m> failed`; exit 1 if any failed.\n\noptions:\n" + _STD_OPTION,
+    "convert": "usage: linnet convert FOLDER [-o DIR] [--context N]\n\n"
+    "Turn a local transformers folder (llama, mistral, qwen2, qwen3, phi3, gpt2) into a model\n"
+    "card: nest.toml, the family's Linnet source with the generics config.json sets, and\n"
+    "the weights referenced in place. Anything it cannot reproduce exactly is refused,\n"
+    "every reason listed.\n\noptions:\n"
+    "  -o, --output DIR  the card's folder (default: FOLDER-linnet beside it)\n"
+    "  --context N       the KV cache length (default: the config's, at most 4096)\n",
     "serve": "usage: linnet serve --source FILE --weights W --tokenizer DIR [--generics FILE.json]\n"
     "                    [--bind G=V]... [--backend torch|onnx] [--device D] [--host HOST]\n"
     "                    [--port PORT] [--api-key KEY] [--name NAME] [--root BLOCK] [--std DIR]\n\n"
