@@ -31,7 +31,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
-NO_RUN = {"make demo", "make test", "make test-slow", "make lock", "make lock-upgrade", "make bench"}
+NO_RUN = {
+    "make demo",
+    "make test",
+    "make test-slow",
+    "make lock",
+    "make lock-upgrade",
+    "make bench",
+}
 NO_RUN_PREFIXES = ("pip install ", "git clone ", "cd ")
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 
