@@ -30,7 +30,8 @@ Op kinds (the 19 list), with their attrs:
   {components}` with `{index: n, name}`, `{pack: n, name}`, `{position: dim}`
   or `{operand: k}` per component; `indices` declare `{index: n, name, pack,
   domain}`, numbered per document.
-- aggregates `tuple.make`, `tuple.get {index}`, `struct.get {field}`,
+- aggregates `tuple.make`, `tuple.get {index}`, `struct.make {struct, module}` (the
+  field values in declaration order), `struct.get {field}`,
   `option.some`, `option.none`, `option.match` (regions `some` with the
   payload as argument, then `none`), `enum.match {arms}` (one region per arm).
 - control `if` (regions then, else), `static_for {length}` over a `sub` array
@@ -522,6 +523,9 @@ class ExprEncoder:
     # -- calls ------------------------------------------------------------------
 
     def call(self, e: ast.Call) -> Json:
+        fields = self.program.constructions.get(e)
+        if fields is not None:
+            return self._construction(e, fields)
         info = self.program.calls.get(e)
         if info is None:
             raise InternalError(f"the call `{e.span.text}` was not checked")
@@ -529,6 +533,16 @@ class ExprEncoder:
             return self._prelude(e, info, info.callee.name)
         assert isinstance(info.callee, FnInfo)
         return self._user_call(e, info, info.callee)
+
+    def _construction(self, e: ast.Call, fields: tuple[ast.Expr, ...]) -> Json:
+        """`Name(field = value, ...)` as `struct.make`: the values in field declaration order
+        (language-extensions 0.5); the struct and its bound generics are in the result type."""
+        rt = self.type_of(e)
+        operands = [self.expr(value) for value in fields]
+        t = self.program.types.get(e)
+        assert isinstance(t, StructType)
+        attrs: Json = {"struct": t.info.name, "module": t.info.module.name}
+        return self._emit1("struct.make", operands, rt, attrs)
 
     def _user_call(self, e: ast.Call, info: CallInfo, fn: FnInfo) -> Json:
         self.state.functions.setdefault(fn)
