@@ -236,3 +236,30 @@ def test_cli_grad_on_the_other_exporters(tmp_path) -> None:
 
     assert "GRADIENTS = ['a', 'b']" in cli("jax")
     assert 'linnet.gradients = ["a", "b"]' in cli("stablehlo")
+
+
+def test_state_outputs_follow_the_gradients() -> None:
+    """6.2: the loss, one gradient per param, then the new state; state is a constant."""
+    source = """module s
+pub block Running<N: Dim> {
+    param w: Tensor[N; f32]
+    state total: Tensor[N; f32]
+
+    pub entry loss(x: Tensor[N; f32]) -> f32 {
+        total = total + x
+        return sum[i] w[i] * total[i] * total[i]
+    }
+}
+"""
+    exported = export_model(source, generics={"N": 3}, entry="loss", grad=True)
+    assert [(io.name, io.path) for io in exported.outputs] == [
+        ("loss", None),
+        ("grad0", "w"),
+        ("next_state0", "total"),
+    ]
+    x, w, before = np.float32([1, 2, 3]), np.float32([0.5, -1, 2]), np.float32([1, 1, 1])
+    got = _run(exported, {"x": x, "param0": w, "state0": before})
+    after = before + x
+    np.testing.assert_allclose(got["loss"], (w * after * after).sum(), rtol=1e-6)
+    np.testing.assert_allclose(got["grad0"], after * after, rtol=1e-6)
+    np.testing.assert_allclose(got["next_state0"], after)

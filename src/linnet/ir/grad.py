@@ -109,7 +109,7 @@ def differentiate(
     return Function(
         fn.name,
         fn.inputs,
-        Region(fn.body.args, b.ops, (*results, *updates.values())),
+        Region(fn.body.args, b.ops, tuple(results)),
         (*results,),
         updates,
     )
