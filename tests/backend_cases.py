@@ -166,3 +166,60 @@ def check_cumsum(actual: np.ndarray, x: np.ndarray, axis: int, dtype: str) -> No
 
 def cumsum_op(dtype: str, axis: int) -> Function:
     return one_op("cumsum", [TensorType(CUMSUM_SHAPE, dtype)], {"axis": axis})
+
+
+# -- integer edge cases, shared by the torch, JAX and ONNX op tests ---------------------------
+
+Case = tuple[Function, list[np.ndarray]]
+
+
+def bitwise_case(kind: str, dtype: str) -> Case:
+    rng = rng_for(kind, dtype)
+    a, b = random_array(rng, dtype, SHAPE), random_array(rng, dtype, SHAPE)
+    return one_op(kind, [TensorType(SHAPE, dtype)] * 2), [a, b]
+
+
+def shift_cases(kind: str, dtype: str) -> list[Case]:
+    """Amounts outside 0..width-1 (negative too): 0 for shl, the sign fill for shr; as an
+    input, as a constant, and constant amounts in range (the guard an exporter may drop)."""
+    rng = rng_for(kind, dtype)
+    width = numpy_dtype(dtype).itemsize * 8
+    x = random_array(rng, dtype, (4, 2 * width + 4))
+    amounts = np.arange(-2 if dtype.startswith("i") else 0, 2 * width + 2)[: x.shape[1]]
+    bits = np.resize(amounts, x.shape[1]).astype(numpy_dtype(dtype))
+    types = [TensorType(x.shape, dtype), TensorType(bits.shape, dtype)]
+    in_range = np.array([0, 1, width - 1], numpy_dtype(dtype))
+    return [
+        (one_op(kind, types), [x, bits]),
+        (with_const(kind, x, dtype, bits), [x]),
+        (with_const(kind, x[:, :3], dtype, in_range), [x[:, :3]]),
+    ]
+
+
+def division_edge_cases(kind: str, dtype: str) -> list[Case]:
+    """Zero divisors give 0 and INT_MIN / -1 wraps (the reference's choices), without trapping."""
+    info = np.iinfo(numpy_dtype(dtype))
+    a = np.array([info.min, info.max, 7, -7 if info.min < 0 else 9, 0, 5], numpy_dtype(dtype))
+    b = np.array([-1 if info.min < 0 else 3, 0, -2 if info.min < 0 else 2, 2, 0, 0],
+                 numpy_dtype(dtype))  # fmt: skip
+    types = [TensorType(a.shape, dtype)] * 2
+    return [(one_op(kind, types), [a, b]), (with_const(kind, a, dtype, b), [a])]
+
+
+UNSIGNED_KINDS = ("div", "rem", "max", "min", "lt", "ge", "shr", "mul", "sub")
+
+
+def unsigned_large_cases(dtype: str) -> list[Case]:
+    """u32/u64 values past the signed range: division, comparisons, shifts, wrapping."""
+    rng = rng_for("udiv", dtype)
+    top = 2**64 - 1 if dtype == "u64" else 2**32 - 1
+    a = rng.integers(0, top, size=64, endpoint=True, dtype=numpy_dtype(dtype))
+    b = rng.integers(1, top, size=64, endpoint=True, dtype=numpy_dtype(dtype))
+    b[:16] = rng.integers(1, 1000, size=16)
+    a[:4] = [top, top - 1, 2**63 if dtype == "u64" else 2**31, 0]
+    b[4:8] = [top, 2**63 + 1 if dtype == "u64" else 2**31 + 1, 1, top - 1]
+    cases = []
+    for kind in UNSIGNED_KINDS:
+        operand = b if kind != "shr" else (b % 70).astype(b.dtype)
+        cases.append((one_op(kind, [TensorType(a.shape, dtype)] * 2), [a, operand]))
+    return cases

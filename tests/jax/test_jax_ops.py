@@ -19,11 +19,15 @@ from backend_cases import (
     INTS,
     SHAPE,
     binary_operands,
+    bitwise_case,
     cast_source,
     const_first,
+    division_edge_cases,
     one_op,
     random_array,
     rng_for,
+    shift_cases,
+    unsigned_large_cases,
     with_const,
 )
 from jax_support import MODES, check, check_together
@@ -96,53 +100,30 @@ def test_binary_with_constants(dtype: str, mode: str) -> None:
 @pytest.mark.parametrize("dtype", ["bool", *INTS])
 @pytest.mark.parametrize("kind", ["and", "or", "xor", "eq", "ne"])
 def test_bitwise(kind: str, dtype: str, mode: str) -> None:
-    rng = rng_for(kind, dtype)
-    a, b = random_array(rng, dtype, SHAPE), random_array(rng, dtype, SHAPE)
-    types = [TensorType(SHAPE, dtype)] * 2
-    check(one_op(kind, types), [a, b], mode)
+    check(*bitwise_case(kind, dtype), mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", INTS)
 @pytest.mark.parametrize("kind", ["shl", "shr"])
 def test_shifts_in_and_out_of_range(kind: str, dtype: str, mode: str) -> None:
-    rng = rng_for(kind, dtype)
-    width = numpy_dtype(dtype).itemsize * 8
-    x = random_array(rng, dtype, (4, 2 * width + 4))
-    amounts = np.arange(-2 if dtype.startswith("i") else 0, 2 * width + 2)[: x.shape[1]]
-    bits = np.resize(amounts, x.shape[1]).astype(numpy_dtype(dtype))
-    types = [TensorType(x.shape, dtype), TensorType(bits.shape, dtype)]
-    check(one_op(kind, types), [x, bits], mode)
-    check(with_const(kind, x, dtype, bits), [x], mode)
+    for fn, inputs in shift_cases(kind, dtype):
+        check(fn, inputs, mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", INTS)
 @pytest.mark.parametrize("kind", ["div", "rem"])
 def test_integer_division_edges(kind: str, dtype: str, mode: str) -> None:
-    """Zero divisors give 0 and INT_MIN / -1 wraps (the reference's choices), without trapping."""
-    info = np.iinfo(numpy_dtype(dtype))
-    a = np.array([info.min, info.max, 7, -7 if info.min < 0 else 9, 0, 5], numpy_dtype(dtype))
-    b = np.array([-1 if info.min < 0 else 3, 0, -2 if info.min < 0 else 2, 2, 0, 0],
-                 numpy_dtype(dtype))  # fmt: skip
-    types = [TensorType(a.shape, dtype)] * 2
-    check(one_op(kind, types), [a, b], mode)
-    check(with_const(kind, a, dtype, b), [a], mode)
+    for fn, inputs in division_edge_cases(kind, dtype):
+        check(fn, inputs, mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", ["u64", "u32"])
 def test_unsigned_division_large_values(dtype: str, mode: str) -> None:
-    rng = rng_for("udiv", dtype)
-    top = 2**64 - 1 if dtype == "u64" else 2**32 - 1
-    a = rng.integers(0, top, size=64, endpoint=True, dtype=numpy_dtype(dtype))
-    b = rng.integers(1, top, size=64, endpoint=True, dtype=numpy_dtype(dtype))
-    b[:16] = rng.integers(1, 1000, size=16)
-    a[:4] = [top, top - 1, 2**63 if dtype == "u64" else 2**31, 0]
-    b[4:8] = [top, 2**63 + 1 if dtype == "u64" else 2**31 + 1, 1, top - 1]
-    for kind in ("div", "rem", "max", "min", "lt", "ge", "shr"):
-        operand = b if kind != "shr" else (b % 70).astype(b.dtype)
-        check(one_op(kind, [TensorType(a.shape, dtype)] * 2), [a, operand], mode)
+    for fn, inputs in unsigned_large_cases(dtype):
+        check(fn, inputs, mode)
 
 
 # -- casts --------------------------------------------------------------------------------
