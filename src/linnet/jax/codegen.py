@@ -27,8 +27,6 @@ rule). 64-bit dtypes need `jax_enable_x64`; the callers run it inside
 
 from __future__ import annotations
 
-import keyword
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,7 +35,8 @@ import numpy as np
 from jax import lax
 
 from linnet.errors import InternalError
-from linnet.ir.core import FLOAT_DTYPES, Function, Op, Region, Value
+from linnet.ir.core import FLOAT_DTYPES, Function, Op, Region
+from linnet.ir.pynames import Namer
 from linnet.ir.regions import walk
 from linnet.jax import kernels as kernels_module
 from linnet.jax.dtypes import JNP_NAMES, needs_x64
@@ -98,37 +97,13 @@ def _tuple(values: Sequence[object]) -> str:
     return f"({items},)" if len(values) == 1 else f"({items})"
 
 
-class _Namer:
-    """Readable, unique Python names for values (`x`, `layers_0_q_weight`, `v12`)."""
-
-    def __init__(self) -> None:
-        self.names: dict[Value, str] = {}
-        self.taken: set[str] = {"jnp", "lax", "K", "W", "S", "np"}
-        self.count = 0
-
-    def __call__(self, value: Value) -> str:
-        found = self.names.get(value)
-        if found is None:
-            found = self.names[value] = self.fresh(value.name)
-        return found
-
-    def fresh(self, hint: str = "") -> str:
-        base = re.sub(r"\W+", "_", hint).strip("_")
-        if not base or not base.isidentifier() or keyword.iskeyword(base) or base[0].isdigit():
-            self.count += 1
-            base = f"v{self.count}"
-        name, n = base, 1
-        while name in self.taken:
-            n += 1
-            name = f"{base}_{n}"
-        self.taken.add(name)
-        return name
+_RESERVED = frozenset({"jnp", "lax", "K", "W", "S", "np"})
 
 
 class _Emitter:
     """Writes the lines of the entry function (and its nested region functions)."""
 
-    def __init__(self, namer: _Namer, globals_: dict[str, Any]) -> None:
+    def __init__(self, namer: Namer, globals_: dict[str, Any]) -> None:
         self.name = namer
         self.globals = globals_
         self.lines: list[str] = []
@@ -357,7 +332,7 @@ class _Emitter:
 
 def generate(fn: Function) -> Generated:
     """`jax.numpy` source for `fn` and the callable it defines (see the module docstring)."""
-    namer = _Namer()
+    namer = Namer(_RESERVED)
     globals_: dict[str, Any] = {"jnp": jnp, "lax": lax, "K": kernels_module, "np": np}
     for name, value in fn.inputs:
         namer.names[value] = namer.fresh(name)

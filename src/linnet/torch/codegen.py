@@ -27,9 +27,7 @@ Python loops and branches. Each intermediate is deleted after its last use
 
 from __future__ import annotations
 
-import keyword
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from linnet.ir.core import Function, Op, Region, Value
+from linnet.ir.pynames import Namer
 from linnet.records import record
 from linnet.torch import natives as natives_module
 from linnet.torch import ops as ops_module
@@ -120,34 +119,9 @@ class Generated:
     """The op behind each fallback kernel global `_k<n>` (`standalone` rebuilds them)."""
 
 
-class _Namer:
-    """Readable, unique Python names for values (`x`, `layers_0_q_weight`, `v12`)."""
-
-    def __init__(self) -> None:
-        self.names: dict[Value, str] = {}
-        # Module names and builtins the generated code uses; globals start with "_",
-        # which `fresh` never produces.
-        self.taken: set[str] = {"torch", "F", "ops", "natives", "W", "S", "H", "DEVICE",
-                                "bool", "float"}  # fmt: skip
-        self.count = 0
-
-    def __call__(self, value: Value) -> str:
-        found = self.names.get(value)
-        if found is None:
-            found = self.names[value] = self.fresh(value.name)
-        return found
-
-    def fresh(self, hint: str = "") -> str:
-        base = re.sub(r"\W+", "_", hint).strip("_")
-        if not base or not base.isidentifier() or keyword.iskeyword(base) or base[0].isdigit():
-            self.count += 1
-            base = f"v{self.count}"
-        name, n = base, 1
-        while name in self.taken:
-            n += 1
-            name = f"{base}_{n}"
-        self.taken.add(name)
-        return name
+# Module names and builtins the generated code uses; globals start with "_",
+# which `Namer.fresh` never produces.
+_RESERVED = frozenset({"torch", "F", "ops", "natives", "W", "S", "H", "DEVICE", "bool", "float"})
 
 
 class _Emitter:
@@ -156,7 +130,7 @@ class _Emitter:
     def __init__(
         self,
         context: Context,
-        namer: _Namer,
+        namer: Namer,
         globals_: dict[str, Any],
         natives: bool,
         kernels: dict[str, Op],
@@ -537,7 +511,7 @@ def generate(
     """Python source for `fn` and the compiled callables (see the module docstring)."""
     context = Context.of(walk(fn.body), device)
     plan = hoist(fn, weights=hoist_weights)
-    namer = _Namer()
+    namer = Namer(_RESERVED)
     globals_: dict[str, Any] = {
         "torch": torch,
         "F": F,
