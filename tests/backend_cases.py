@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from linnet.ir.core import Builder, Function, TensorType, numpy_dtype
+from linnet.ir.core import Builder, Function, TensorType, Value, numpy_dtype
 
 RTOL = {"f16": 2e-3, "bf16": 1.6e-2, "f32": 1e-5, "f64": 1e-12}
 ATOL = {"f16": 1e-3, "bf16": 1e-2, "f32": 1e-6, "f64": 1e-12}
@@ -223,3 +223,53 @@ def unsigned_large_cases(dtype: str) -> list[Case]:
         operand = b if kind != "shr" else (b % 70).astype(b.dtype)
         cases.append((one_op(kind, [TensorType(a.shape, dtype)] * 2), [a, operand]))
     return cases
+
+
+# -- control flow, shared by the torch and JAX control tests ---------------------------------
+
+_F32x4 = TensorType((4,), "f32")
+
+
+def while_with_paths_case() -> tuple[
+    Function, list[list[np.ndarray]], dict[str, Any], dict[str, Any]
+]:
+    """A `while` whose body reads a param, a buffer and state and writes the state: the
+    function, inputs for 0, 1 and 4 steps, the weights and the state."""
+    b = Builder.for_function([("x", _F32x4), ("n", TensorType((), "i32"))])
+    x, n = b.args
+    w = b.param("w", _F32x4)
+    s = b.state("s", _F32x4)
+    offset = b.buffer("offset", _F32x4)
+
+    def cond(inner: Builder, carried: tuple[Value, ...]) -> list[Value]:
+        return [inner.binary("lt", carried[0], n)]
+
+    def body(inner: Builder, carried: tuple[Value, ...]) -> list[Value]:
+        i, acc = carried
+        grown = inner.binary("add", inner.binary("mul", acc, w), s)
+        return [inner.binary("add", i, inner.const(1, "i32")), inner.binary("sub", grown, offset)]
+
+    i, acc = b.while_([b.const(0, "i32"), x], cond, body)
+    fn = b.finish_function("loop", [acc, i], {"s": acc})
+    weights = {
+        "w": np.array([0.5, 1.0, 2.0, -1.0], np.float32),
+        "offset": np.array([0.0, 0.5, 0.25, 1.0], np.float32),
+    }
+    state = {"s": np.array([1.0, 0.0, -1.0, 0.25], np.float32)}
+    x_in = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    inputs = [[x_in, np.array(steps, np.int32)] for steps in (0, 1, 4)]
+    return fn, inputs, weights, state
+
+
+def if_branches_case() -> tuple[Function, list[list[np.ndarray]]]:
+    """An `if` reading an enclosing value in both branches, with inputs for each branch."""
+    b = Builder.for_function([("c", TensorType((), "bool")), ("x", _F32x4)])
+    c, x = b.args
+    (y,) = b.if_(
+        c,
+        lambda inner, _: [inner.unary("exp", x)],
+        lambda inner, _: [inner.binary("sub", x, inner.const(1.0, "f32"))],
+    )
+    fn = b.finish_function("branch", [y])
+    x_in = np.array([0.0, 1.0, -1.0, 2.0], np.float32)
+    return fn, [[np.array(flag), x_in] for flag in (True, False)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from backend_cases import if_branches_case, while_with_paths_case
 from torch_support import MODES, check
 
 from linnet.ir.core import Builder, TensorType, Value
@@ -21,45 +22,16 @@ BOOL = TensorType((), "bool")
 
 @pytest.mark.parametrize("mode", MODES)
 def test_while_reads_params_and_state(mode: str) -> None:
-    b = Builder.for_function([("x", F32), ("n", I32)])
-    x, n = b.args
-    w = b.param("w", F32)
-    s = b.state("s", F32)
-    offset = b.buffer("offset", F32)
-
-    def cond(inner: Builder, carried: tuple[Value, ...]) -> list[Value]:
-        return [inner.binary("lt", carried[0], n)]
-
-    def body(inner: Builder, carried: tuple[Value, ...]) -> list[Value]:
-        i, acc = carried
-        grown = inner.binary("add", inner.binary("mul", acc, w), s)
-        return [inner.binary("add", i, inner.const(1, "i32")), inner.binary("sub", grown, offset)]
-
-    i, acc = b.while_([b.const(0, "i32"), x], cond, body)
-    fn = b.finish_function("loop", [acc, i], {"s": acc})
-    weights = {
-        "w": np.array([0.5, 1.0, 2.0, -1.0], np.float32),
-        "offset": np.array([0.0, 0.5, 0.25, 1.0], np.float32),
-    }
-    state = {"s": np.array([1.0, 0.0, -1.0, 0.25], np.float32)}
-    x_in = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
-    for steps in (0, 1, 4):
-        check(fn, [x_in, np.array(steps, np.int32)], mode, weights, state)
+    fn, runs, weights, state = while_with_paths_case()
+    for inputs in runs:
+        check(fn, inputs, mode, weights, state)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_if_branches(mode: str) -> None:
-    b = Builder.for_function([("c", BOOL), ("x", F32)])
-    c, x = b.args
-    (y,) = b.if_(
-        c,
-        lambda inner, _: [inner.unary("exp", x)],
-        lambda inner, _: [inner.binary("sub", x, inner.const(1.0, "f32"))],
-    )
-    fn = b.finish_function("branch", [y])
-    x_in = np.array([0.0, 1.0, -1.0, 2.0], np.float32)
-    for flag in (True, False):
-        check(fn, [np.array(flag), x_in], mode)
+    fn, runs = if_branches_case()
+    for inputs in runs:
+        check(fn, inputs, mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
