@@ -31,12 +31,12 @@ lock-upgrade:
 	$(PYTHON) tools/lock.py lock --upgrade
 
 lint: venv
-	$(PY) -m ruff check src tests bench examples tools
-	$(PY) -m ruff format --check src tests bench examples tools
+	$(PY) -m ruff check src tests bench examples tools integrations
+	$(PY) -m ruff format --check src tests bench examples tools integrations
 	$(PY) -m mypy
 
 format: venv
-	$(PY) -m ruff format src tests bench examples tools
+	$(PY) -m ruff format src tests bench examples tools integrations
 
 test: lint
 	$(PY) -m pytest -q
