@@ -31,7 +31,7 @@ reproduced here as it behaves, and say so:
   outputs between runs while a node's inputs, its ancestors and its
   `IS_CHANGED` value are unchanged. A node's exception stops the run and is
   reported with its node id, class type and message, as ComfyUI reports it to
-  the UI. Simplification: ComfyUI wraps every value in a list for its list
+  the UI. Nodes run under `torch.inference_mode()`, as in ComfyUI. Simplification: ComfyUI wraps every value in a list for its list
   mapping (`INPUT_IS_LIST`); no node of the pack uses it, so values pass as is.
 """
 
@@ -309,6 +309,10 @@ class Executor:
             self.executed.append(node_id)
             visiting.discard(node_id)
 
-        for node_id in self.validate(workflow):
-            evaluate(node_id)
+        import torch
+
+        outputs = self.validate(workflow)
+        with torch.inference_mode():  # as ComfyUI's PromptExecutor runs every node
+            for node_id in outputs:
+                evaluate(node_id)
         return results

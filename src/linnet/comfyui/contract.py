@@ -64,36 +64,40 @@ def optional_path(text: str) -> str | None:
     return cleaned or None
 
 
+def _tip(options: dict[str, Any], tooltip: str) -> dict[str, Any]:
+    """`options` with the `tooltip` ComfyUI shows on hover, when there is one."""
+    return {**options, "tooltip": tooltip} if tooltip else options
+
+
 def string(
     default: str = "", *, multiline: bool = False, tooltip: str = ""
 ) -> tuple[str, dict[str, Any]]:
     """A STRING widget's input spec."""
-    return ("STRING", {"default": default, "multiline": multiline, "tooltip": tooltip})
+    return ("STRING", _tip({"default": default, "multiline": multiline}, tooltip))
 
 
 def integer(default: int, low: int, high: int, tooltip: str = "") -> tuple[str, dict[str, Any]]:
     """An INT widget's input spec."""
-    return ("INT", {"default": default, "min": low, "max": high, "step": 1, "tooltip": tooltip})
+    return ("INT", _tip({"default": default, "min": low, "max": high, "step": 1}, tooltip))
 
 
 def number(
     default: float, low: float, high: float, step: float, tooltip: str = ""
 ) -> tuple[str, dict[str, Any]]:
     """A FLOAT widget's input spec."""
-    options = {"default": default, "min": low, "max": high, "step": step, "tooltip": tooltip}
-    return ("FLOAT", options)
+    return ("FLOAT", _tip({"default": default, "min": low, "max": high, "step": step}, tooltip))
 
 
 def flag(default: bool, tooltip: str = "") -> tuple[str, dict[str, Any]]:
     """A BOOLEAN widget's input spec."""
-    return ("BOOLEAN", {"default": default, "tooltip": tooltip})
+    return ("BOOLEAN", _tip({"default": default}, tooltip))
 
 
 def choice(options: tuple[str, ...], tooltip: str = "") -> tuple[list[str], dict[str, Any]]:
     """A combo widget's input spec: the options, the first the default."""
-    return (list(options), {"default": options[0], "tooltip": tooltip})
+    return (list(options), _tip({"default": options[0]}, tooltip))
 
 
 def socket(kind: str, tooltip: str = "") -> tuple[str, dict[str, Any]]:
     """A linked input's spec (no widget)."""
-    return (kind, {"tooltip": tooltip})
+    return (kind, _tip({}, tooltip))

@@ -123,7 +123,8 @@ class LinnetModel:
         else:
             from linnet.torch.dtypes import linnet_dtype, to_numpy
 
-            arrays = [to_numpy(t, linnet_dtype(t.dtype) or "f32") for t in inputs]
+            # check_call refused every torch dtype Linnet lacks
+            arrays = [to_numpy(t, str(linnet_dtype(t.dtype))) for t in inputs]
             given = dict(zip(names, arrays, strict=True)) if names else arrays
             result = self.runner.run_entry(entry, given, generics=generics)
         results = () if result is None else result if isinstance(result, tuple) else (result,)
@@ -190,9 +191,13 @@ class LinnetModel:
 
         bound = self.bound
         generics = ", ".join(f"{k} = {v}" for k, v in bound.generics.items())
-        lines = [
-            f"{self.name}: {bound.root.info.name}<{generics}> on {self.backend} ({self.device})"
-        ]
+        if self.backend == "onnx":
+            from linnet.onnx.runtime.values import provider_name
+
+            place = ", ".join(provider_name(p) for p in self.runner.providers)
+        else:
+            place = str(self.device)
+        lines = [f"{self.name}: {bound.root.info.name}<{generics}> on {self.backend} ({place})"]
         for kind, label in (("param", "parameters"), ("buffer", "buffers"), ("state", "state")):
             count, elements = self.tensor_count(kind)
             if count or kind == "param":
