@@ -1,5 +1,9 @@
 """One torch thread while the Triton tests run (restored after).
 
+(This folder is `linnet_triton`, not `triton`: `tests/` is on `sys.path`, and a
+folder named `triton` there would pass for OpenAI's Triton package, which torch
+and transformers probe for.)
+
 The models here are tiny: a call takes a millisecond on one thread, while
 torch's default of one thread per core spins against every other process on
 a shared machine and makes each call hundreds of times slower.

@@ -74,16 +74,18 @@ def stub(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(python_model, "pb_utils", StubUtils)
 
 
-def initialized(repo: Any) -> Any:
-    config = text_format.Parse(repo.config_path.read_text(), model_config_pb2.ModelConfig())
+def initialized(folder: Path, version: int = 1) -> Any:
+    """`TritonPythonModel.initialize` with the args Triton gives a model in `folder`."""
+    config_text = (folder / "config.pbtxt").read_text()
+    config = text_format.Parse(config_text, model_config_pb2.ModelConfig())
     as_json = json_format.MessageToDict(config, preserving_proto_field_name=True)
     model = python_model.TritonPythonModel()
     model.initialize(
         {
             "model_config": json.dumps(as_json),
-            "model_repository": str(repo.model_folder),
-            "model_version": str(repo.version),
-            "model_name": repo.name,
+            "model_repository": str(folder),
+            "model_version": str(version),
+            "model_name": folder.name,
         }
     )
     return model
@@ -114,7 +116,7 @@ def decoder(tmp_path: Path, weights: dict[str, Any]) -> Any:
         backend="python",
         idle_seconds=30,
     )
-    model = initialized(repo)
+    model = initialized(repo.model_folder)
     yield model
     model.finalize()
 
@@ -198,9 +200,29 @@ def test_stateless_entry_with_scalars(tmp_path: Path, runtime: str) -> None:
         backend="python",
         runtime=runtime,
     )
-    model = initialized(repo)
+    model = initialized(repo.model_folder)
     x = np.array([1.0, 1.0, 2.0], np.float32)
     [response] = model.execute([StubUtils.InferenceRequest(x=x, k=np.array([0.5], np.float32))])
     assert response.error is None
     np.testing.assert_allclose(response.outputs["output0"], x * gain * 0.5)
     np.testing.assert_allclose(response.outputs["output1"], [1.5])
+
+
+def test_cli_writes_a_decoder_repository(
+    tmp_path: Path, weights: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from linnet.cli import main
+    from linnet.weights import save_safetensors
+
+    save_safetensors(weights, tmp_path / "llama.safetensors")
+    binds = [f"--bind={k}={v}" for k, v in LLAMA_GENERICS.items()]
+    argv = ["triton", "--weights", str(tmp_path / "llama.safetensors"), *binds]
+    argv += ["--backend", "python", "--idle-seconds", "5", str(LLAMA_SOURCE), str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / '01-llama'} (version 1, backend python)" in out
+    assert "sequence batching: CORRID, START, END" in out
+    assert "input INPUT_IDS: TYPE_INT32 [-1]" in out
+    model = initialized(tmp_path / "01-llama")
+    reference = GreedyReference(weights).tokens([8, 9, 10], 1)
+    assert tokens_of(model.execute([request(1, [8, 9, 10], start=True)])) == reference
