@@ -209,3 +209,23 @@ def test_bad_options_are_linnet_errors(tmp_path: Path, options: Any, message: st
             SCALAR_SOURCE, tmp_path, generics={"N": 3}, weights={"gain": np.ones(3)}, **options
         )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_large_weights_go_to_a_data_file_beside_model_onnx(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import onnxruntime as ort
+
+    from linnet.triton import repository
+
+    monkeypatch.setattr(repository, "EXTERNAL_DATA_BYTES", 1024)
+    gain = np.arange(3.0)
+    repo = linnet.triton.export(
+        SCALAR_SOURCE, tmp_path, name="scaled", generics={"N": 3}, weights={"gain": gain}
+    )
+    names = sorted(p.name for p in repo.files)
+    assert names[0] == "model.onnx" and names[1].startswith("model.onnx.")
+    assert names[1].endswith(".data") and len(names) == 2
+    session = ort.InferenceSession(str(repo.version_folder / "model.onnx"))
+    feeds = {"x": np.ones(3), "k": np.array(2.0), "step": np.array(0, np.int64)}
+    np.testing.assert_array_equal(session.run(None, feeds)[0], [0.0, 2.0, 4.0])

@@ -142,14 +142,23 @@ def test_sequences_batched_in_one_execute_decode_greedily(
     assert got == expected
 
 
-def test_rows_run_out_and_end_frees_one(decoder: Any) -> None:
+def test_end_frees_a_row_and_a_start_with_none_free_takes_the_oldest(
+    decoder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [0.0]
+    monkeypatch.setattr(python_model.time, "monotonic", lambda: clock[0])
     assert tokens_of(decoder.execute([request(1, [4, 5], start=True), request(2, [6], start=True)]))
-    [full] = decoder.execute([request(3, [7], start=True)])
-    assert full.error is not None and "all 2 cache rows" in full.error.message()
+    clock[0] += 1
     assert tokens_of(decoder.execute([request(1, [9], end=True)]))
     assert tokens_of(decoder.execute([request(3, [7], start=True)]))
     [gone] = decoder.execute([request(1, [9])])
     assert "sequence 1 has no START" in gone.error.message()
+    assert {c: s.row for c, s in decoder.sequences.items()} == {2: 1, 3: 0}
+    # both rows live: a new START means Triton dropped one; sequence 2 was seen longest ago
+    clock[0] += 1
+    assert tokens_of(decoder.execute([request(3, [1])]))
+    assert tokens_of(decoder.execute([request(4, [2, 3], start=True)]))
+    assert {c: s.row for c, s in decoder.sequences.items()} == {3: 0, 4: 1}
 
 
 def test_idle_sequences_are_released(decoder: Any, monkeypatch: pytest.MonkeyPatch) -> None:

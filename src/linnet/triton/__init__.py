@@ -18,6 +18,6 @@ to learn its tensors).
 from __future__ import annotations
 
 from linnet.triton.config import TRITON_DTYPES, SequenceControls, TritonTensor
-from linnet.triton.export import Repository, export
+from linnet.triton.repository import Repository, export
 
 __all__ = ["TRITON_DTYPES", "Repository", "SequenceControls", "TritonTensor", "export"]

@@ -24,7 +24,10 @@ Two modes:
   argmax: the greedy choice). `END` frees the row after the response; so does
   an idle spell longer than the batcher's `max_sequence_idle_microseconds`
   (Triton drops such a sequence without telling the model, so the model
-  keeps its own clock). Requests of several sequences in one `execute` run as
+  keeps its own clock). The batcher has as many slots as the model has rows
+  (`max_batch_size = Batch`, one instance), so a `START` that finds every row
+  taken means Triton has already dropped one sequence whose idle time the
+  model has not yet counted out: the least recently used row is taken. Requests of several sequences in one `execute` run as
   one `prefill_slots` and one `decode_rows` call; rows of other sequences
   compute unused logits at their own next position, which their next real
   token overwrites before anything reads it.
@@ -235,8 +238,9 @@ class TritonPythonModel:
             free = [r for r in range(rows) if r not in used]
             if live is not None:
                 free.insert(0, live.row)
-            if not free:
-                return f"all {rows} cache rows hold live sequences; END one or wait for its timeout"
+            if not free:  # Triton dropped a sequence idle past its timeout before we did
+                oldest = min(self.sequences, key=lambda c: self.sequences[c].seen)
+                free.append(self.sequences.pop(oldest).row)
             self.sequences[corrid] = _Sequence(free[0], now)
             return None
         live = self.sequences.get(corrid)
