@@ -105,18 +105,23 @@ def weights() -> dict[str, Any]:
     return llama_weights()
 
 
-@pytest.fixture
-def decoder(tmp_path: Path, weights: dict[str, Any]) -> Any:
+def decoder_model(folder: Path, weights: dict[str, Any], runtime: str = "torch") -> Any:
     repo = linnet.triton.export(
         LLAMA_SOURCE,
-        tmp_path,
+        folder,
         name="llama",
         generics=LLAMA_GENERICS,
         weights=weights,
         backend="python",
         idle_seconds=30,
+        runtime=runtime,
     )
-    model = initialized(repo.model_folder)
+    return initialized(repo.model_folder)
+
+
+@pytest.fixture
+def decoder(tmp_path: Path, weights: dict[str, Any]) -> Any:
+    model = decoder_model(tmp_path, weights)
     yield model
     model.finalize()
 
@@ -127,9 +132,11 @@ def tokens_of(responses: list[Any]) -> list[int]:
     return [int(r.outputs["NEXT_TOKEN"][0, 0]) for r in responses]
 
 
+@pytest.mark.parametrize("runtime", ["torch", "onnx"])
 def test_sequences_batched_in_one_execute_decode_greedily(
-    decoder: Any, weights: dict[str, Any]
+    tmp_path: Path, weights: dict[str, Any], runtime: str
 ) -> None:
+    decoder = decoder_model(tmp_path, weights, runtime)
     prompts = {7: [3, 14, 15, 9, 2, 6], 8: [27, 18]}
     reference = GreedyReference(weights)
     expected = {c: reference.tokens(p, 4) for c, p in prompts.items()}

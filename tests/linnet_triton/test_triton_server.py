@@ -7,10 +7,10 @@ The server listens on 127.0.0.1 only. Checked:
 
 - a stateless entry (the tiny transformer, `runtime` torch and onnx): Triton's
   outputs equal `linnet.torch` in this process;
-- a decoder (the Llama example) through the sequence batcher: two sequences
-  with different correlation ids, their requests interleaved, each get the
-  greedy tokens of the example's `prefill` + `decode` run in this process;
-  after `END` the id starts afresh.
+- a decoder (the Llama example, `runtime` torch and onnx) through the sequence
+  batcher: two sequences with different correlation ids, their requests
+  interleaved, each get the greedy tokens of the example's `prefill` + `decode`
+  run in this process; after `END` the id starts afresh.
 """
 
 from __future__ import annotations
@@ -64,14 +64,16 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path
             runtime=runtime,
         )
     decoder_weights = llama_weights()
-    linnet.triton.export(
-        LLAMA_SOURCE,
-        folder / "repo",
-        name="llama",
-        generics=LLAMA_GENERICS,
-        weights=decoder_weights,
-        backend="python",
-    )
+    for runtime in ("torch", "onnx"):
+        linnet.triton.export(
+            LLAMA_SOURCE,
+            folder / "repo",
+            name=f"llama-{runtime}",
+            generics=LLAMA_GENERICS,
+            weights=decoder_weights,
+            backend="python",
+            runtime=runtime,
+        )
     with triton_server.start(folder / "repo") as address:
         client = httpclient.InferenceServerClient(address)
         yield client, weights, decoder_weights
@@ -91,21 +93,24 @@ def test_stateless_entry_matches_torch(served: tuple[Any, Path, Any], runtime: s
         )
 
 
-def _send(
-    client: Any, corrid: int, tokens: list[int], start: bool = False, end: bool = False
-) -> Any:
-    ids = np.array([tokens], np.int32)
-    tensor = httpclient.InferInput("INPUT_IDS", list(ids.shape), "INT32")
-    tensor.set_data_from_numpy(ids)
-    return client.infer(
-        "llama", [tensor], sequence_id=corrid, sequence_start=start, sequence_end=end
-    )
+def _sender(client: Any, model: str) -> Any:
+    def send(corrid: int, tokens: list[int], start: bool = False, end: bool = False) -> Any:
+        ids = np.array([tokens], np.int32)
+        tensor = httpclient.InferInput("INPUT_IDS", list(ids.shape), "INT32")
+        tensor.set_data_from_numpy(ids)
+        return client.infer(
+            model, [tensor], sequence_id=corrid, sequence_start=start, sequence_end=end
+        )
+
+    return send
 
 
+@pytest.mark.parametrize("runtime", ["torch", "onnx"])
 def test_interleaved_sequences_decode_like_prefill_and_decode(
-    served: tuple[Any, Path, Any],
+    served: tuple[Any, Path, Any], runtime: str
 ) -> None:
     client, _, decoder_weights = served
+    send = _sender(client, f"llama-{runtime}")
     prompts = {101: [5, 9, 2, 33, 7], 202: [40, 1, 12]}
     reference = GreedyReference(decoder_weights)
     expected = {corrid: reference.tokens(p, NEW_TOKENS) for corrid, p in prompts.items()}
@@ -113,7 +118,7 @@ def test_interleaved_sequences_decode_like_prefill_and_decode(
 
     got: dict[int, list[int]] = {corrid: [] for corrid in prompts}
     for corrid, prompt in prompts.items():
-        result = _send(client, corrid, prompt, start=True)
+        result = send(corrid, prompt, start=True)
         logits = result.as_numpy("LOGITS")
         assert logits.shape == (1, LLAMA_GENERICS["Vocab"])
         token = int(result.as_numpy("NEXT_TOKEN")[0, 0])
@@ -122,12 +127,12 @@ def test_interleaved_sequences_decode_like_prefill_and_decode(
     for step in range(1, NEW_TOKENS):
         for corrid in prompts:  # one request of each sequence in turn
             last = step == NEW_TOKENS - 1
-            result = _send(client, corrid, [got[corrid][-1]], end=last)
+            result = send(corrid, [got[corrid][-1]], end=last)
             got[corrid].append(int(result.as_numpy("NEXT_TOKEN")[0, 0]))
     assert got == expected
 
     # after END the sequence is gone: Triton itself wants a new START for the id
     with pytest.raises(utils.InferenceServerException, match="START"):
-        _send(client, 101, [3])
-    again = _send(client, 101, prompts[101], start=True, end=True)
+        send(101, [3])
+    again = send(101, prompts[101], start=True, end=True)
     assert int(again.as_numpy("NEXT_TOKEN")[0, 0]) == expected[101][0]
