@@ -119,8 +119,15 @@ def test_scalars_travel_as_one_element(tmp_path: Path) -> None:
     assert int(stepped) == 5
 
 
-def test_stateful_entry_on_onnx_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(LinnetError, match="backend='python'") as caught:
+@pytest.mark.parametrize(
+    ("backend", "message"),
+    [
+        ("onnx", "export it with backend='python'"),
+        ("python", "keeps state per sequence for a decoder only"),
+    ],
+)
+def test_stateful_entries_are_refused(tmp_path: Path, backend: str, message: str) -> None:
+    with pytest.raises(LinnetError, match=message) as caught:
         linnet.triton.export(
             LLAMA_SOURCE,
             tmp_path,
@@ -128,8 +135,9 @@ def test_stateful_entry_on_onnx_is_refused(tmp_path: Path) -> None:
             entry="decode",
             generics=LLAMA_GENERICS,
             weights=llama_weights(),
+            backend=backend,  # type: ignore[arg-type]
         )
-    assert "k_cache" in caught.value.message
+    assert "entry `decode` reads or writes state (model.layers.0" in caught.value.message
     assert not (tmp_path / "llama").exists()
 
 

@@ -135,68 +135,61 @@ def export(
     _check_name(model_name)
     from linnet.pipeline import check_program
 
-    program = check_program(source, std_root)
-    dims = tuple(dynamic or ())
-    model_folder = Path(output) / model_name
-    if backend == "onnx":
-        return _export_onnx(
-            program,
-            model_folder,
-            model_name,
-            entry,
-            generics,
-            weights,
-            bindings,
-            root,
-            std_root,
-            version,
-            dims,
-            max_batch_size,
-        )
-    settings: dict[str, Any] = {"runtime": runtime, "generics": dict(generics), "root": root}
-    return _export_python(
-        program,
-        source,
-        model_folder,
-        model_name,
-        entry,
-        weights,
-        bindings,
-        std_root,
-        version,
-        dims,
-        max_batch_size,
-        settings,
-        idle_seconds,
+    job = _Job(
+        program=check_program(source, std_root),
+        source=source,
+        folder=Path(output) / model_name,
+        name=model_name,
+        entry=entry,
+        generics=dict(generics),
+        weights=weights,
+        bindings=bindings,
+        root=root,
+        std_root=std_root,
+        version=version,
+        dynamic=tuple(dynamic or ()),
+        max_batch_size=max_batch_size,
     )
+    if backend == "onnx":
+        return _export_onnx(job)
+    return _export_python(job, runtime, idle_seconds)
+
+
+@record(frozen=True, kw_only=True)
+class _Job:
+    """The caller's choices, the source checked and the model folder named."""
+
+    program: CheckedProgram
+    source: CheckedProgram | str | os.PathLike[str]
+    folder: Path
+    name: str
+    entry: str | None
+    generics: dict[str, object]
+    weights: Any
+    bindings: Any
+    root: str | None
+    std_root: str | os.PathLike[str] | None
+    version: int
+    dynamic: tuple[str, ...]
+    max_batch_size: int
+
+    def repository(self, backend: Backend, config: str, *rest: Any) -> Repository:
+        return Repository(self.folder.parent, self.name, self.version, backend, config, *rest)
 
 
 # -- ONNX Runtime backend -----------------------------------------------------------------
 
 
-def _export_onnx(
-    program: CheckedProgram,
-    model_folder: Path,
-    name: str,
-    entry: str | None,
-    generics: Mapping[str, object],
-    weights: Any,
-    bindings: Any,
-    root: str | None,
-    std_root: str | os.PathLike[str] | None,
-    version: int,
-    dynamic: tuple[str, ...],
-    max_batch_size: int,
-) -> Repository:
-    exported = _exported(program, entry, generics, weights, bindings, root, std_root, dynamic)
-    if weights is None and any(io.role == "param" for io in exported.inputs):
+def _export_onnx(job: _Job) -> Repository:
+    exported = _exported(job, job.weights, job.bindings, "onnx")
+    if job.weights is None and any(io.role == "param" for io in exported.inputs):
         raise LinnetError(
             "linnet.triton: backend='onnx' needs weights= (the model.onnx must hold them)"
         )
-    inputs, outputs, batch = _interface(exported, dynamic, TRITON_DTYPES)
-    limit = max_batch_size if batch else 0
+    inputs, outputs, batch = _interface(exported, job.dynamic, TRITON_DTYPES)
+    limit = job.max_batch_size if batch else 0
     config = render(
-        name,
+        job.name,
         platform=ONNX_PLATFORM,
         inputs=inputs,
         outputs=outputs,
@@ -207,22 +200,11 @@ def _export_onnx(
     def write(folder: Path) -> None:
         exported.save(folder / "model.onnx", limit=EXTERNAL_DATA_BYTES)
 
-    files = _write_model(model_folder, version, write, config)
-    return Repository(
-        model_folder.parent, name, version, "onnx", config, inputs, outputs, limit, None, files
-    )
+    files = _write_model(job.folder, job.version, write, config)
+    return job.repository("onnx", config, inputs, outputs, limit, None, files)
 
 
-def _exported(
-    program: CheckedProgram,
-    entry: str | None,
-    generics: Mapping[str, object],
-    weights: Any,
-    bindings: Any,
-    root: str | None,
-    std_root: str | os.PathLike[str] | None,
-    dynamic: tuple[str, ...],
-) -> Any:
+def _exported(job: _Job, weights: Any, bindings: Any, backend: Backend) -> Any:
     """The entry through `export_model`, refused if it reads or writes state."""
     try:
         from linnet.onnx.export.api import export_model
@@ -231,14 +213,14 @@ def _exported(
             "linnet.triton needs the onnx package: `pip install 'linnet-lang[onnx]'`"
         ) from None
     exported = export_model(
-        program,
-        generics=generics,
+        job.program,
+        generics=job.generics,
         weights=weights,
         bindings=bindings,
-        entry=entry,
-        root=root,
-        std_root=std_root,
-        dynamic=dynamic,
+        entry=job.entry,
+        root=job.root,
+        std_root=job.std_root,
+        dynamic=job.dynamic,
     )
     roles = ("state", "next_state")
     stateful = sorted(
@@ -246,14 +228,19 @@ def _exported(
     )
     if stateful:
         fn = exported.function.name
-        shown = ", ".join(stateful[:2]) + (
-            f" and {len(stateful) - 2} more" if len(stateful) > 2 else ""
+        more = f" and {len(stateful) - 2} more" if len(stateful) > 2 else ""
+        reads = (
+            f"linnet.triton: entry `{fn}` reads or writes state ({', '.join(stateful[:2])}{more})"
         )
+        if backend == "onnx":
+            raise LinnetError(
+                f"{reads}, which Triton's ONNX Runtime backend cannot keep between requests; "
+                "export it with backend='python' (a decoder with prefill_slots/decode_rows is "
+                "served through the sequence batcher there)"
+            )
         raise LinnetError(
-            f"linnet.triton: entry `{fn}` reads or writes state ({shown}), "
-            "which Triton's ONNX Runtime backend cannot keep between requests; export it "
-            "with backend='python' (a decoder with prefill_slots/decode_rows is served "
-            "through the sequence batcher there)"
+            f"{reads}; backend='python' keeps state per sequence for a decoder only: a root "
+            f"block with {' and '.join(DECODER_ENTRIES)}, exported with entry=None"
         )
     return exported
 
@@ -285,55 +272,40 @@ def _interface(
 # -- Python backend -----------------------------------------------------------------------
 
 
-def _export_python(
-    program: CheckedProgram,
-    source: CheckedProgram | str | os.PathLike[str],
-    model_folder: Path,
-    name: str,
-    entry: str | None,
-    weights: Any,
-    bindings: Any,
-    std_root: str | os.PathLike[str] | None,
-    version: int,
-    dynamic: tuple[str, ...],
-    max_batch_size: int,
-    settings: dict[str, Any],
-    idle_seconds: float,
-) -> Repository:
+def _export_python(job: _Job, runtime: str, idle_seconds: float) -> Repository:
     from linnet.pipeline import bind, bind_weights
 
-    generics, root = settings["generics"], settings["root"]
-    sources = _source_files(source, program)
+    base, files = _source_files(job.source)
+    settings: dict[str, Any] = {
+        "runtime": runtime,
+        "generics": job.generics,
+        "root": job.root,
+        "source": f"{SOURCE_FOLDER}/{base}" if base else SOURCE_FOLDER,
+        "std": None if job.std_root is None else "std",
+    }
     sequence = None
-    decoder = _is_decoder(program, root, entry)
-    if decoder:
+    if _is_decoder(job.program, job.root, job.entry):
         from linnet.serve.backends import batching_shape
 
-        model = bind(program, root=root, generics=generics)
-        rows, _ = batching_shape(model, None, None)
-        limit = rows
+        model = bind(job.program, root=job.root, generics=job.generics)
+        limit, _ = batching_shape(model, None, None)
         inputs: tuple[TritonTensor, ...] = (TritonTensor(DECODER_INPUT, "TYPE_INT32", (-1,)),)
         outputs: tuple[TritonTensor, ...] = (
             TritonTensor(DECODER_LOGITS, "TYPE_FP32", (-1,)),
             TritonTensor(DECODER_NEXT_TOKEN, "TYPE_INT32", (1,)),
         )
         sequence = SequenceControls(idle_microseconds=max(1, round(idle_seconds * 1e6)))
-        settings.update(
-            mode="decoder",
-            decoder={
-                "input": DECODER_INPUT,
-                "logits": DECODER_LOGITS,
-                "next_token": DECODER_NEXT_TOKEN,
-            },
-            sequence={"start": sequence.start, "end": sequence.end, "corrid": sequence.corrid},
-        )
+        names = {"input": DECODER_INPUT, "logits": DECODER_LOGITS, "next_token": DECODER_NEXT_TOKEN}
+        controls = {"start": sequence.start, "end": sequence.end, "corrid": sequence.corrid}
+        settings.update(mode="decoder", decoder=names, sequence=controls)
     else:
-        exported = _exported(program, entry, generics, None, None, root, std_root, dynamic)
+        exported = _exported(job, None, None, "python")
         python_dtypes = {**TRITON_DTYPES, "bf16": "TYPE_FP32"}  # NumPy has no bf16
-        inputs, outputs, batch = _interface(exported, dynamic, python_dtypes)
-        limit = max_batch_size if batch else 0
+        inputs, outputs, batch = _interface(exported, job.dynamic, python_dtypes)
+        limit = job.max_batch_size if batch else 0
         fn = exported.function.name
-        given = {k: v for k, v in generics.items() if k in _entry_generic_names(program, root, fn)}
+        own = _entry_generic_names(job.program, job.root, fn)
+        given = {k: v for k, v in job.generics.items() if k in own}
         settings.update(
             mode="entry",
             entry=fn,
@@ -341,20 +313,14 @@ def _export_python(
             inputs=[{"name": t.name, "scalar": t.scalar} for t in inputs],
             outputs=[{"name": t.name, "scalar": t.scalar} for t in outputs],
         )
-        model = bind(
-            program, root=root, generics={k: v for k, v in generics.items() if k not in given}
-        )
+        rest = {k: v for k, v in job.generics.items() if k not in own}
+        model = bind(job.program, root=job.root, generics=rest)
     arrays = {}
-    if weights is not None:
-        arrays = dict(bind_weights(model, weights, bindings=bindings).arrays)
+    if job.weights is not None:
+        arrays = dict(bind_weights(model, job.weights, bindings=job.bindings).arrays)
     settings["weights"] = WEIGHTS_FILE if arrays else None
-    base, files = sources
-    settings["source"] = f"{SOURCE_FOLDER}/{base}" if base else SOURCE_FOLDER
-    settings["std"] = None
-    if std_root is not None:
-        settings["std"] = "std"
     config = render(
-        name,
+        job.name,
         backend=PYTHON_BACKEND,
         inputs=inputs,
         outputs=outputs,
@@ -371,24 +337,13 @@ def _export_python(
             target = folder / SOURCE_FOLDER / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
-        if std_root is not None:
-            shutil.copytree(Path(std_root), folder / "std", ignore=_only_linnet)
+        if job.std_root is not None:
+            shutil.copytree(Path(job.std_root), folder / "std", ignore=_only_linnet)
         if arrays:
             save_safetensors(arrays, folder / WEIGHTS_FILE)
 
-    written = _write_model(model_folder, version, write, config)
-    return Repository(
-        model_folder.parent,
-        name,
-        version,
-        "python",
-        config,
-        inputs,
-        outputs,
-        limit,
-        sequence,
-        written,
-    )
+    written = _write_model(job.folder, job.version, write, config)
+    return job.repository("python", config, inputs, outputs, limit, sequence, written)
 
 
 def _is_decoder(program: CheckedProgram, root: str | None, entry: str | None) -> bool:
@@ -408,9 +363,7 @@ def _entry_generic_names(program: CheckedProgram, root: str | None, fn: str) -> 
     return {g.name for g in entry_info(program, Target(root=root, entry=fn)).generics}
 
 
-def _source_files(
-    source: CheckedProgram | str | os.PathLike[str], program: CheckedProgram
-) -> tuple[str, dict[str, str]]:
+def _source_files(source: CheckedProgram | str | os.PathLike[str]) -> tuple[str, dict[str, str]]:
     """The Linnet files to copy (relative path -> text) and the path to load from."""
     if isinstance(source, str) and "\n" in source:
         return "model.linnet", {"model.linnet": source}
