@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from triton_support import LLAMA_GENERICS, LLAMA_SOURCE, GreedyReference, llama_weights
+from triton_support import LLAMA_GENERICS, LLAMA_SOURCE, ROOT, GreedyReference, llama_weights
 
 import linnet.triton
 from linnet.triton import python_model
@@ -215,8 +215,11 @@ def test_stateless_entry_with_scalars(tmp_path: Path, runtime: str) -> None:
         weights={"gain": gain},
         backend="python",
         runtime=runtime,
+        std_root=ROOT / "stdlib",
     )
-    model = initialized(repo.model_folder)
+    std = repo.version_folder / "std"
+    assert (std / "nn").is_dir() and all(p.suffix == ".linnet" for p in std.rglob("*.*"))
+    model = initialized(repo.model_folder)  # loads with the copied standard library
     x = np.array([1.0, 1.0, 2.0], np.float32)
     [response] = model.execute([StubUtils.InferenceRequest(x=x, k=np.array([0.5], np.float32))])
     assert response.error is None
