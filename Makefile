@@ -9,7 +9,7 @@ LOCK := requirements.lock
 STAMP := $(VENV)/.installed
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: venv test test-slow lint format demo bench lock lock-upgrade clean
+.PHONY: venv test test-slow triton-server lint format demo bench lock lock-upgrade clean
 
 venv: $(STAMP)
 
@@ -43,6 +43,10 @@ test: lint
 
 test-slow: venv
 	$(PY) -m pytest -q -m slow
+
+# A real tritonserver (pytriton's, unpacked outside the venv) for the slow Triton tests.
+triton-server: venv
+	$(PY) tools/triton_server.py prepare
 
 # The Llama example: check it, write seeded random weights, prefill a prompt and
 # decode 16 greedy tokens over the KV cache with linnet.torch; prints tokens and timings.
