@@ -8,5 +8,6 @@ Importing it imports torch. LoRA adapters (`add_lora`, `merge_lora`,
 from __future__ import annotations
 
 from linnet.train.lora import add_lora, lora_adapters, merge_lora, remove_lora
+from linnet.train.peft import load_lora, save_lora
 
-__all__ = ["add_lora", "lora_adapters", "merge_lora", "remove_lora"]
+__all__ = ["add_lora", "load_lora", "lora_adapters", "merge_lora", "remove_lora", "save_lora"]

@@ -291,10 +291,7 @@ def add_lora(
             f"add_lora: no parameter path matches {', '.join(map(repr, globs))}; "
             f"the paths are: {listed}"
         )
-    existing = {a.path for a in lora_adapters(model)}
-    owners = _tensor_owners(model, params)
-    for path in chosen:
-        _check_target(model, path, existing, owners)
+    check_lora_targets(model, chosen)
     adapted = {id(p) for a in lora_adapters(model) for p in a.parameters()}
     for param in model.parameters():
         if id(param) not in adapted:
@@ -383,6 +380,17 @@ def _attach(model: LinnetModule, adapter: LoraAdapter) -> None:
 def _detach(model: LinnetModule, adapter: LoraAdapter) -> None:
     model.set_weight_view(adapter.path, None)
     delattr(_parent(model, adapter.path), adapter_name(adapter.path))
+
+
+def check_lora_targets(
+    model: LinnetModule, paths: Sequence[str], *, replacing: bool = False
+) -> None:
+    """What `add_lora` checks of each chosen path (see there); with `replacing`, an
+    adapter already on a path is no error (`load_lora` replaces it)."""
+    existing = set() if replacing else {a.path for a in lora_adapters(model)}
+    owners = _tensor_owners(model, param_paths(model))
+    for path in paths:
+        _check_target(model, path, existing, owners)
 
 
 def _tensor_owners(model: LinnetModule, paths: Sequence[str]) -> dict[int, list[str]]:
