@@ -206,6 +206,38 @@ def test_every_read_of_the_weight_sees_the_update(fan_in_fan_out: bool) -> None:
         torch.testing.assert_close(actual, expected, rtol=1e-12, atol=1e-12, msg=name)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("fan_in_fan_out", [False, True], ids=["linear", "conv1d"])
+def test_one_layer_equals_peft_layer(dtype: str, fan_in_fan_out: bool) -> None:
+    """Against PEFT's own `lora.Linear` over `nn.Linear` / transformers' `Conv1D`, bf16
+    included: adapters in f32 over a bf16 weight (PEFT's autocast_adapter_dtype)."""
+    import copy
+
+    from transformers.pytorch_utils import Conv1D
+
+    torch_dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    torch.manual_seed(0)
+    layer = Conv1D(6, 4) if fan_in_fan_out else torch.nn.Linear(4, 6)
+    layer = layer.to(torch_dtype)
+    config = peft.LoraConfig(r=3, lora_alpha=5, target_modules=["0"], fan_in_fan_out=fan_in_fan_out)
+    wrapped = peft.get_peft_model(copy.deepcopy(torch.nn.Sequential(layer)), config)
+    theirs = wrapped.base_model.model[0]
+    adapter = LoraAdapter("0.weight", tuple(layer.weight.shape), rank=3, alpha=5, dropout=0.0,
+                          fan_in_fan_out=fan_in_fan_out, use_rslora=False,
+                          dtype=torch.float32, device=torch.device("cpu"))  # fmt: skip
+    with torch.no_grad():
+        adapter.lora_B.normal_()
+        theirs.lora_A["default"].weight.copy_(adapter.lora_A)
+        theirs.lora_B["default"].weight.copy_(adapter.lora_B)
+    assert theirs.lora_A["default"].weight.dtype == torch.float32
+    x = torch.randn(2, 5, 4).to(torch_dtype)
+    w = adapter.view(layer.weight.detach())
+    ours = torch.matmul(x, w) + layer.bias if fan_in_fan_out else F.linear(x, w, layer.bias)
+    assert ours.dtype == torch_dtype
+    tolerance = 1e-6 if dtype == "f32" else 2**-8  # one bf16 rounding
+    torch.testing.assert_close(ours, wrapped(x), rtol=tolerance, atol=tolerance)
+
+
 def test_a_merged_read_refuses_dropout() -> None:
     adapter = _adapter((6, 4), False, dropout=0.2)
     w = adapter.view(torch.randn(6, 4, dtype=torch.float64))
