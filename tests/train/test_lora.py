@@ -334,3 +334,22 @@ def test_refusals_name_the_problem() -> None:
     add_lora(plain, "proj")
     with pytest.raises(LinnetError, match="`proj` already has a LoRA adapter"):
         add_lora(plain, "p*")
+
+
+def test_weight_views_need_a_trainable_param() -> None:
+    """`LinnetModule.set_weight_view`, the hook adapters use, refuses what it cannot serve."""
+    weights = {"table": np.zeros((7, 5)), "proj": np.zeros((3, 5))}
+    frozen = lt.load(EMBEDDING, generics={"V": 7, "H": 5, "O": 3}, weights=weights)
+    with pytest.raises(LinnetError, match="needs a trainable module"):
+        frozen.set_weight_view("proj", lambda w: w)
+    trainable = lt.load(EMBEDDING, generics={"V": 7, "H": 5, "O": 3}, weights=weights,
+                        trainable=True)  # fmt: skip
+    with pytest.raises(LinnetError, match="no param or buffer at `nope`"):
+        trainable.set_weight_view("nope", lambda w: w)
+    ids = torch.tensor([1, 2], dtype=torch.int32)
+    trainable.set_weight_view("proj", lambda w: w + 1)
+    assert torch.equal(trainable(ids), torch.full((2, 3), 0.0, dtype=torch.float64))
+    trainable.set_weight_view("table", lambda w: w + 1)
+    assert torch.equal(trainable(ids), torch.full((2, 3), 5.0, dtype=torch.float64))
+    trainable.set_weight_view("table", None)
+    assert not trainable(ids).any()
