@@ -20,9 +20,11 @@ computes what PEFT's `lora.Linear` computes,
 
     F.linear(x, W) + lora_B(lora_A(dropout(x))) * scaling,
 
-for those two calls, and for any other use of the weight (a gather, a
-reshape first) substitutes the merged weight `W + scaling * B @ A` (in the
-stored layout). Chosen over a `parametrize`-style merged weight for every
+for those two calls (a reshape to its own shape, `.T`, `.t()` or
+`permute(1, 0)` first keep the adapter, the interpreter reshapes before its
+matmul), and for any other use of the weight (a gather, arithmetic)
+substitutes the merged weight `W + scaling * B @ A` (in the stored layout).
+Metadata reads (`.shape`, `.dtype`) see the weight itself. Chosen over a `parametrize`-style merged weight for every
 call because that route materialises `W + s B A` and, in the backward, the
 full `[out, in]` gradient of it on each step, the very cost LoRA avoids, and
 cannot apply dropout to the adapter's input alone; the hook keeps the
