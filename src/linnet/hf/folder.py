@@ -11,7 +11,9 @@ The family (llama, qwen2, qwen3, phi3, gpt2) is recognised from the parameter
 paths, the generics and which optional tensors the weights hold
 (`linnet.hf.families`); a model of none of them is refused with each family's
 reasons. Tensors are written one at a time from the (memory-mapped) checkpoint,
-never all in memory, and every file goes through `linnet.atomic`.
+never all in memory, and every file goes through `linnet.atomic`; a tensor stored
+as it is written (same dtype, same bytes) is copied file to file by the kernel
+(`save_safetensors_streamed`), so an export costs about a file copy.
 """
 
 from __future__ import annotations
