@@ -462,3 +462,75 @@ def test_llama_cpp_runs_llama3_scaling_with_a_sentencepiece_vocabulary(tmp_path:
     np.testing.assert_array_equal(theirs.argmax(-1), ours.argmax(-1))
     unscaled = fs.linnet_logits(linnet_model("llama", weights), prompt)[0]
     assert gap(theirs, unscaled) > 1e-1
+
+
+SHORT_FACTORS = [1.0, 1.1, 1.25, 1.5]
+LONG_FACTORS = [2.0, 3.5, 7.0, 11.0]
+
+
+def longrope_case(original: int, positions: int) -> tuple[dict[str, object], dict[str, Any]]:
+    """Generics and weights of the phi3 example with longrope factors (the source's
+    `rope_factors` buffer), original context `original`, `positions` in all."""
+    weights = {
+        **weights_of("phi3", seed=5),
+        "rope_factors": np.asarray([SHORT_FACTORS, LONG_FACTORS], dtype=np.float32),
+    }
+    binds = {**case_generics("phi3"), "RopeOriginalMaxSeq": original}
+    return {**binds, "RopeMaxPositions": positions}, weights
+
+
+def test_phi3_longrope_is_written_as_the_converter_writes_it(tmp_path: Path) -> None:
+    """The factors as `rope_factors_long/short.weight` (f32), the context length, the
+    original context and the attention factor sqrt(1 + ln 4 / ln 16) as metadata."""
+    binds, weights = longrope_case(16, 64)
+    path = tmp_path / "phi3.gguf"
+    linnet.gguf.export(fs.source("phi3"), path, generics=binds, weights=weights, outtype="f16")
+    reader = gguf.GGUFReader(path)
+    stored = {t.name: np.asarray(t.data) for t in reader.tensors}
+    np.testing.assert_array_equal(stored["rope_factors_long.weight"], LONG_FACTORS)
+    np.testing.assert_array_equal(stored["rope_factors_short.weight"], np.float32(SHORT_FACTORS))
+    assert stored["rope_factors_long.weight"].dtype == np.float32
+    assert "rope_factors" not in stored
+
+    def value(key: str) -> Any:
+        field = reader.fields[key]
+        return field.parts[field.data[0]].tolist()[0]
+
+    assert value("phi3.context_length") == 64
+    assert value("phi3.rope.scaling.original_context_length") == 16
+    assert value("phi3.rope.scaling.attn_factor") == pytest.approx(
+        np.sqrt(1 + np.log(4) / np.log(16))
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("original", "n_ctx", "length", "factors"),
+    [(256, 256, 12, "short"), (16, 64, 24, "long")],
+)
+def test_llama_cpp_runs_phi3_longrope_like_linnet(
+    original: int, n_ctx: int, length: int, factors: str, tmp_path: Path
+) -> None:
+    """llama.cpp picks the long factors when its context (at least 256 in
+    llama-cpp-python) exceeds the original one, transformers and Linnet when the sequence
+    does; where both pick the same factors, llama.cpp's logits equal linnet.torch's."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    binds, weights = longrope_case(original, 4 * original)
+    binds["MaxSeq"] = 64
+    path = tmp_path / "phi3.gguf"
+    fs.save_tokenizer(tmp_path / "tok")
+    linnet.gguf.export(
+        fs.source("phi3"), path, generics=binds, weights=weights, outtype="f32",
+        tokenizer=tmp_path / "tok", name="linnet-test",
+    )  # fmt: skip
+    model = llama_cpp.Llama(
+        str(path), n_ctx=n_ctx, logits_all=True, verbose=False, n_threads=2, type_k=0, type_v=0
+    )
+    prompt = fs.tokens_of((1, length), seed=12)
+    model.eval(prompt[0].tolist())
+    theirs = np.asarray(model.scores[:length])
+    module = linnet_torch.load(fs.source("phi3"), generics=binds, weights=weights)
+    ours = fs.linnet_logits(module, prompt)[0]
+    assert (length > original) == (factors == "long")
+    assert gap(theirs, ours) <= 2e-3
+    np.testing.assert_array_equal(theirs.argmax(-1), ours.argmax(-1))

@@ -16,7 +16,12 @@ What llama.cpp expects and the transformers names do not give:
 - GPT-2's Conv1D weights `[in, out]` are stored transposed, `[out, in]`;
 - llama3 rope scaling (llama only, as the converter does it) is the extra f32
   tensor `rope_freqs.weight` of per-frequency divisors (`llama3_rope_freqs`),
-  which llama.cpp's LLAMA graph applies to its default frequencies;
+  which llama.cpp's LLAMA graph applies to its default frequencies; phi3's
+  longrope factors (the source's `rope_factors` buffer) are the tensors
+  `rope_factors_short.weight`/`rope_factors_long.weight`, with the original
+  context length and the attention factor as metadata (llama.cpp picks the long
+  factors when its context exceeds the original one, transformers when the
+  sequence does);
 - outtypes as the converter writes them: 1-D tensors (norms, biases) stay f32;
   matrices become f16, bf16, q8_0 or q4_0 (a matrix whose rows do not split
   into 32-element blocks falls back to f16, as llama.cpp's converter does).
@@ -37,6 +42,7 @@ import numpy as np
 
 from linnet.atomic import atomic_write
 from linnet.errors import LinnetError
+from linnet.hf.families import LONGROPE_PATH
 from linnet.hf.folder import BoundFamily, bind_family
 from linnet.records import record
 from linnet.weights.safetensors import release_mapped
@@ -102,7 +108,7 @@ def export(
     plan = [
         (path, _gguf_name(names, path))
         for path in bound.arrays
-        if not (bound.tied and path == bound.family.head)
+        if not (bound.tied and path == bound.family.head) and path != LONGROPE_PATH
     ]
     extra = _extra_tensors(bound)
     for path, gname in plan:  # the header first, from shapes and types alone
@@ -135,16 +141,12 @@ def export(
 
 
 def _refuse_unwritable(bound: BoundFamily) -> None:
-    from linnet.hf.families import LONGROPE_PATH
-
     problems = []
     if int(bound.generics.get("RopeFactor", 1)) != 1 and bound.family.name != "llama":
         problems.append(
             f"llama3 rope scaling (RopeFactor > 1) of a {bound.family.name} model: llama.cpp "
             "reads the rope_freqs tensor only for llama"
         )
-    if LONGROPE_PATH in bound.arrays:
-        problems.append("phi3 longrope scaling is not written to GGUF")
     dtype = str(bound.generics.get("T", "f32"))
     if dtype not in ("f32", "f16", "bf16"):
         problems.append(f"T = {dtype} has no GGUF source type")
@@ -158,6 +160,13 @@ def _extra_tensors(bound: BoundFamily) -> dict[str, np.ndarray]:
     import gguf
 
     g = bound.generics
+    factors = bound.arrays.get(LONGROPE_PATH)
+    if factors is not None:
+        rows = np.asarray(factors, dtype=np.float32)
+        return {
+            gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FACTORS_LONG] + ".weight": rows[1].copy(),
+            gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT] + ".weight": rows[0].copy(),
+        }
     if bound.family.name != "llama" or int(g.get("RopeFactor", 1)) == 1:
         return {}
     name = gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight"
@@ -281,7 +290,16 @@ def _add_metadata(writer: Any, bound: BoundFamily, name: str, outtype: str) -> N
         writer.add_layer_norm_eps(eps)
         return
     head_dim = int(g["HeadDim"])
-    writer.add_context_length(int(g["MaxSeq"]))
+    if LONGROPE_PATH in bound.arrays:  # as the converter writes a longrope Phi-3
+        positions, original = int(g["RopeMaxPositions"]), int(g["RopeOriginalMaxSeq"])
+        writer.add_context_length(positions)
+        writer.add_rope_scaling_orig_ctx_len(original)
+        scale = positions / original
+        writer.add_rope_scaling_attn_factors(
+            math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1.0 else 1.0
+        )
+    else:
+        writer.add_context_length(int(g["MaxSeq"]))
     writer.add_head_count_kv(int(g["KvHeads"]))
     writer.add_layer_norm_rms_eps(eps)
     writer.add_rope_freq_base(float(int(g["RopeTheta"])))
