@@ -8,9 +8,10 @@ reference. transformers picks the factors per call: the long ones when the
 call's last position + 1 exceeds 16, the short ones otherwise; sequences on
 both sides of that length are checked, and greedy decoding through the cache
 crosses it (generate recomputes the whole sequence at the crossing, and so
-does the test's loop). The folder then goes through `linnet.convert` (the factors become
-the card's `rope_factors.safetensors`) and back out through `linnet.hf.export`
-(the factors return to config.json), each loaded and compared.
+does the test's loop). The folder then goes through `linnet.convert` (the
+factors become the card's `rope_factors.safetensors`; the card runs on
+linnet.torch and ONNX Runtime) and back out through `linnet.hf.export` (the
+factors return to config.json), each loaded and compared.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ transformers = pytest.importorskip("transformers")
 import family_support as fs  # noqa: E402
 
 import linnet.hf  # noqa: E402
+import linnet.onnx  # noqa: E402
 import linnet.torch as linnet_torch  # noqa: E402
 from linnet.convert import ROPE_FACTORS_FILE, convert  # noqa: E402
 from linnet.errors import LinnetError  # noqa: E402
@@ -198,9 +200,12 @@ def test_convert_writes_the_factors_and_export_returns_them(reference: Any, tmp_
     assert card.generics["RopeOriginalMaxSeq"] == ORIGINAL
     assert card.generics["RopeMaxPositions"] == POSITIONS
     loaded = linnet_torch.load(tmp_path / "card")
-    for length in (12, 30):
+    on_onnx = linnet.onnx.load_model(tmp_path / "card")
+    for length in (12, 30, 14):  # ONNX Runtime's one graph for every length picks at run time
         tokens = fs.tokens_of((1, length), seed=length + 1)
-        assert_logits(run(loaded, "forward", tokens), fs.hf_logits(reference, tokens))
+        expected = fs.hf_logits(reference, tokens)
+        assert_logits(run(loaded, "forward", tokens), expected)
+        assert_logits(np.asarray(on_onnx.run_entry("forward", [tokens])), expected)
 
     out = tmp_path / "exported"
     linnet.hf.export(
