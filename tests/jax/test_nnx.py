@@ -254,7 +254,25 @@ def test_errors_name_the_problem() -> None:
         module(y=np.ones((1, H), np.float32))
     with pytest.raises(LinnetError, match="no entry `nope`"):
         lj.load_nnx(SOURCE, generics={"H": H, "L": L}, weights=weights(False), entry="nope")
+    del module.scale
+    with pytest.raises(LinnetError, match="lacks the variable `scale`"):
+        module(np.ones((1, H), np.float32))
     with pytest.raises(LinnetError, match="to_nnx takes"):
         lj.to_nnx(object())  # type: ignore[arg-type]
     with pytest.raises(LinnetError, match=r"layers\.0\.weight"):
         lj.load_nnx(SOURCE, generics={"H": H, "L": L}, weights={"scale": np.ones(4, np.float32)})
+
+
+def test_a_member_named_like_a_module_attribute_is_refused_clearly() -> None:
+    clash = """module doc
+pub block Odd<H: Dim> {
+    param train: Tensor[H; f32]
+    pub entry forward(x: Tensor[H; f32]) -> Tensor[H; f32] {
+        return x * train
+    }
+}
+"""
+    with pytest.raises(LinnetError, match=r"member `train` of block `Odd` \(path `train`\)"):
+        lj.load_nnx(clash, generics={"H": 2}, weights={"train": np.ones(2, np.float32)})
+    f = lj.load_source(clash, generics={"H": 2}, weights={"train": np.ones(2, np.float32)})
+    np.testing.assert_array_equal(np.asarray(f(np.ones(2, np.float32))), [1.0, 1.0])

@@ -33,6 +33,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -92,6 +93,9 @@ class LinnetRoot(LinnetBlock):
             raise LinnetError(f"the model has no entry `{name}` (entries: {listed})")
         variables = flat_variables(self)
         parameters = {p: v[...] for p, v in variables.items() if not isinstance(v, StateVar)}
+        missing = sorted(fn.present - set(parameters))
+        if missing:
+            raise LinnetError(f"the NNX module lacks the variable `{missing[0]}` the model reads")
         prepared = fn.prepare_for(inputs, named, generics)
         if not prepared.stateful:
             return fn.apply(parameters, *inputs, generics=generics, **named)
@@ -158,8 +162,16 @@ class TreeBuilder:
         return found
 
     def fill(self, module: LinnetBlock, instance: BlockInstance) -> None:
+        taken = {n for n in dir(type(module)) if not n.startswith("__")}
         for name, member in instance.info.members.items():
             path = instance.member_path(name)
+            if name in taken:
+                raise LinnetError(
+                    f"member `{name}` of block `{instance.info.name}` (path `{path}`) has the "
+                    f"name of an attribute of its NNX module ({type(module).__mro__[1].__name__}"
+                    f".{name}); rename it, or use linnet.jax.load_source, whose parameters "
+                    "are a dict by path"
+                )
             if member.kind == "sub":
                 self.fill_sub(module, name, path, instance.subs[name])
                 continue
@@ -214,8 +226,15 @@ def build(
     default: str | None,
     given: LinnetJaxFunction | None = None,
 ) -> LinnetRoot:
-    """The module tree over `parameters` (path -> device array), state zeros unless given."""
+    """The module tree over `parameters` (path -> device array), state zeros unless given.
+
+    The entry functions built here always run with the module's values, so
+    they hold only the shapes of the loaded arrays: once an optimizer has
+    replaced the `Param`s, the first values are not kept alive twice.
+    """
     present = frozenset(parameters)
+    shape_of: Any = jax.ShapeDtypeStruct  # untyped in jax's stubs
+    shapes = {path: shape_of(a.shape, a.dtype) for path, a in parameters.items()}
     module_name = model.program.graph.roots[0]
     functions: dict[str, LinnetJaxFunction] = {}
     for name, signature in model.entries.items():
@@ -227,7 +246,7 @@ def build(
             signature,
             model=model,
             module=module_name,
-            parameters=dict(parameters),
+            parameters=shapes,
             stablehlo=False,
         )
     chosen = default_entry(list(functions), default)
