@@ -2,8 +2,8 @@
 other JAX-backend tests.
 
 01-linear (`torch.nn.Linear`), 02-attention (NumPy f64, both entries as methods),
-03-tiny-transformer (the f64 PyTorch model), ViT (transformers' `ViTModel`)
-and, as slow checks, BERT and CLIP (their transformers models); Llama and
+03-tiny-transformer (the f64 PyTorch model) and, as slow checks, ViT, BERT and
+CLIP (transformers' `ViTModel`, `BertModel`, `CLIPModel`); Llama and
 GPT-2 (transformers' causal LMs): `__call__` logits within 1e-4 with the
 same argmax, `nnx.state` paths equal to the checkpoint's parameter paths (and
 the caches' state paths), and `prefill` + 8 `decode` steps through the
@@ -57,7 +57,7 @@ def paths(module: Any, kind: type | None = None) -> set[str]:
     return {".".join(str(p) for p in path) for path, _ in nnx.to_flat_state(state)}
 
 
-# -- 01-linear, 02-attention, 03-tiny-transformer, ViT --------------------------------------
+# -- 01-linear, 02-attention, 03-tiny-transformer, ViT (slow) ---------------------------------
 
 
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
@@ -107,6 +107,7 @@ def test_tiny_transformer(tmp_path: Path) -> None:
     assert_close(module(ids.astype(np.int32)), expected, small.TINY_TOLERANCE, "logits")
 
 
+@pytest.mark.slow  # ~13 s; test_jax_examples.py runs ViT's generated source by default
 def test_vit(tmp_path: Path) -> None:
     path = vit.write(tmp_path)
     reference = vit.reference(path, transformers.ViTModel, vit.vit_config())
@@ -119,7 +120,7 @@ def test_vit(tmp_path: Path) -> None:
     assert_close(pooled, expected.pooler_output, vit.TOLERANCE, "pooler_output")
 
 
-# -- BERT and CLIP (slow: ~15-25 s each, as through load_source) -----------------------------
+# -- BERT and CLIP (slow: ~12-25 s each, as through load_source) ------------------------------
 
 
 @pytest.mark.slow
@@ -168,7 +169,7 @@ def test_clip(tmp_path: Path) -> None:
     assert_close(pooled, tower.pooler_output, clip.TOLERANCE, "text pooler_output")
 
 
-# -- Llama ----------------------------------------------------------------------------------
+# -- Llama ------------------------------------------------------------------------------------
 
 
 def test_llama_forward_and_paths(reference: Any) -> None:
@@ -222,7 +223,7 @@ def test_llama_nnx_grad_equals_jax_grad_through_load_source(reference: Any) -> N
         )
 
 
-# -- GPT-2 ----------------------------------------------------------------------------------
+# -- GPT-2 ------------------------------------------------------------------------------------
 
 
 def test_gpt2_logits_paths_prefill_and_decode(gpt2: Any) -> None:
