@@ -78,3 +78,26 @@ class JaxSourceBackend:
 
     def reset(self) -> None:
         self.state = None
+
+
+class JaxNnxBackend:
+    """`linnet.jax.load_nnx`: the entries as methods of the root NNX module, state in its
+    `StateVar`s between calls."""
+
+    def __init__(self, source: Path, config: Mapping[str, object], weights: Any, **kw: Any) -> None:
+        self.module = lj.load_nnx(source, generics=dict(config), weights=weights, **kw)
+
+    def call(self, entry: str, inputs: Sequence[Any]) -> np.ndarray:
+        return as_numpy(self.module.run_entry(entry, *inputs))
+
+    def forward(self, tokens: np.ndarray) -> np.ndarray:
+        return self.call("forward", [tokens])
+
+    def prefill(self, tokens: np.ndarray, start: int) -> np.ndarray:
+        return self.call("prefill", [tokens, start])
+
+    def decode(self, token: np.ndarray, position: int) -> np.ndarray:
+        return self.call("decode", [token, position])
+
+    def reset(self) -> None:
+        self.module.reset_state()

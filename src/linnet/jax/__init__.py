@@ -11,6 +11,10 @@ Importing `linnet` never imports jax; importing `linnet.jax` does.
 - `load_model(...)` -> `JaxModel`: every entry of the root block over one copy
   of the weights, state kept on the device and donated to XLA between calls;
   `mesh=` shards weights and caches over several devices (XLA partitions).
+- `load_nnx(...)` / `to_nnx(fn_or_model)` -> Flax NNX modules nested after
+  the blocks (`nnx.Param`, `Buffer`, `StateVar`), whose calls run the
+  generated source with the modules' current values (`linnet.jax.flax_nnx`;
+  importing those two imports flax).
 - `export_stablehlo(fn)`: the StableHLO text and contract of a lowered function.
 
 Stateful entries are called `f(*inputs, state=mapping)` and return
@@ -22,8 +26,31 @@ Linnet dtype is native to XLA; 64-bit dtypes run inside a scoped
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from linnet.jax.load import LinnetJaxFunction, load, load_source
 from linnet.jax.model import JaxModel, load_model
 from linnet.jax.stablehlo import export_stablehlo
 
-__all__ = ["JaxModel", "LinnetJaxFunction", "export_stablehlo", "load", "load_model", "load_source"]
+if TYPE_CHECKING:
+    from linnet.jax.flax_nnx import load_nnx, to_nnx
+
+__all__ = [
+    "JaxModel",
+    "LinnetJaxFunction",
+    "export_stablehlo",
+    "load",
+    "load_model",
+    "load_nnx",
+    "load_source",
+    "to_nnx",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """`load_nnx` and `to_nnx` import flax on first use: the rest of the backend needs only jax."""
+    if name in ("load_nnx", "to_nnx"):
+        from linnet.jax import flax_nnx
+
+        return getattr(flax_nnx, name)
+    raise AttributeError(f"module 'linnet.jax' has no attribute {name!r}")
