@@ -236,6 +236,7 @@ class OnnxModel:
                 raise LinnetError(
                     f"update_weights: `{path}` has shape {t.type.shape}, got {host.shape}"
                 )
+            self._drop_sessions_holding(path)
             if self.device.kind != "cpu":
                 value.update_inplace(host)
                 continue
@@ -247,6 +248,15 @@ class OnnxModel:
             self.weights[path] = fresh
             for session in self._sessions.values():
                 session.rebind_weight(path, fresh)
+
+    def _drop_sessions_holding(self, path: str) -> None:
+        """Forget the sessions that hold the weight at `path` as a constant
+        (`runtime.constants`); the next call makes them again."""
+        for key in [k for k, s in self._sessions.items() if path in s.constant_paths]:
+            del self._sessions[key]
+        for name, found in list(self._dynamic.items()):
+            if found is not None and path in found[0].constant_paths:
+                del self._dynamic[name]
 
     def place(self, array: object, dtype: str | None = None) -> ort.OrtValue:
         """`array` as an `OrtValue` on the model's device, converted to the Linnet `dtype`

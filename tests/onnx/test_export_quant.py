@@ -1,0 +1,116 @@
+"""`std.quant` linears as `com.microsoft::MatMulNBits`, against the inlined body and the reference.
+
+`fused=True` turns `linear_int4_groups` and `linear_int8` (what
+`Int4GroupLinear` and `Int8Linear` call) into ONNX Runtime's weight-only
+kernel; the graph that inlines the std body (both run in ONNX Runtime) and
+the NumPy reference interpreter must agree with it. Sizes the kernel cannot
+take (a block that is not a power of two of at least 16) inline the body.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from backend_cases import assert_close
+from export_support import checked, run_onnx, validate
+
+from linnet.ir.core import Function, TensorType, dtype_of_numpy
+from linnet.ir.interp import run_function
+from linnet.ir.lower import lower_function
+from linnet.ir.passes import optimize
+from linnet.onnx import export_ir
+
+OPS = """
+module t
+
+use std.quant::{linear_int4_groups, linear_int8}
+
+pub entry four<*S: Shape, Out: Dim, G: Dim, Half: Dim>(
+    x: Tensor[*S, G * (2 * Half); f32],
+    packed: Tensor[Out, G, Half; u8],
+    scale: Tensor[Out, G; f32],
+    zero: Tensor[Out, G; u8],
+    bias: Tensor[Out; f32],
+) -> (Tensor[*S, Out; f32], Tensor[*S, Out; f32]) {
+    return (
+        linear_int4_groups(x, packed, scale, zero, none),
+        linear_int4_groups(x, packed, scale, zero, some(bias)),
+    )
+}
+
+pub entry eight<*S: Shape, In: Dim, Out: Dim>(
+    x: Tensor[*S, In; f32],
+    weight: Tensor[Out, In; i8],
+    scale: Tensor[Out; f32],
+    bias: Tensor[Out; f32],
+) -> (Tensor[*S, Out; f32], Tensor[*S, Out; f32]) {
+    return (linear_int8(x, weight, scale, none), linear_int8(x, weight, scale, some(bias)))
+}
+"""
+
+
+def _function(name: str, inputs: list[np.ndarray]) -> Function:
+    program = checked(OPS)
+    types = [TensorType(a.shape, dtype_of_numpy(a.dtype)) for a in inputs]
+    return optimize(lower_function(program, program.graph.roots[0], name, types, generics={}))
+
+
+def _kernels(fn: Function, inputs: list[np.ndarray]) -> list[str]:
+    """Run fused and plain exports; both must match the reference. The fused node types."""
+    expected, _ = run_function(fn, {}, {}, inputs)
+    fused = export_ir(fn, fused=True)
+    plain = export_ir(fn, fused=False)
+    validate(fused, contrib=True)
+    got, _ = run_onnx(fused, inputs)
+    baseline, _ = run_onnx(plain, inputs)
+    for a, b, e in zip(got, baseline, expected, strict=True):
+        assert_close(a, e, "f32", scale=2.0)
+        assert_close(b, e, "f32", scale=2.0)
+    assert "MatMulNBits" not in {n.op_type for n in plain.model.graph.node}
+    return [n.op_type for n in fused.model.graph.node]
+
+
+def _int4(rng: np.random.Generator, out: int, groups: int, half: int) -> list[np.ndarray]:
+    return [
+        rng.integers(0, 256, (out, groups, half)).astype(np.uint8),
+        rng.uniform(0.01, 0.2, (out, groups)).astype(np.float32),
+        rng.integers(0, 16, (out, groups)).astype(np.uint8),
+        rng.normal(size=out).astype(np.float32),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("lead", "groups", "half"), [((3,), 2, 16), ((2, 5), 3, 8), ((), 1, 64), ((1,), 5, 32)]
+)
+def test_int4_groups_as_matmul_nbits(lead: tuple[int, ...], groups: int, half: int) -> None:
+    """Odd group counts exercise the padded zero-point byte; a vector input gets a leading 1."""
+    rng = np.random.default_rng(groups * 10 + half)
+    x = rng.normal(size=(*lead, groups * 2 * half)).astype(np.float32)
+    inputs = [x, *_int4(rng, 7, groups, half)]
+    kinds = _kernels(_function("four", inputs), inputs)
+    assert kinds.count("MatMulNBits") == 2
+
+
+def test_int4_groups_of_an_unsupported_block_inline_the_body() -> None:
+    rng = np.random.default_rng(3)
+    inputs = [rng.normal(size=(2, 24)).astype(np.float32), *_int4(rng, 4, 2, 6)]
+    assert "MatMulNBits" not in _kernels(_function("four", inputs), inputs)
+
+
+@pytest.mark.parametrize(("lead", "width"), [((3,), 64), ((2, 2), 48), ((), 256)])
+def test_int8_as_matmul_nbits(lead: tuple[int, ...], width: int) -> None:
+    rng = np.random.default_rng(width)
+    x = rng.normal(size=(*lead, width)).astype(np.float32)
+    weight = rng.integers(-128, 128, (6, width)).astype(np.int8)
+    weight[0, :4] = [-128, 127, 0, -1]
+    scale = rng.uniform(0.001, 0.05, 6).astype(np.float32)
+    inputs = [x, weight, scale, rng.normal(size=6).astype(np.float32)]
+    assert _kernels(_function("eight", inputs), inputs).count("MatMulNBits") == 2
+
+
+def test_int8_of_an_unsupported_width_inlines_the_body() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(2, 24)).astype(np.float32)
+    weight = rng.integers(-128, 128, (3, 24)).astype(np.int8)
+    inputs = [x, weight, rng.uniform(0.01, 0.1, 3).astype(np.float32), np.zeros(3, np.float32)]
+    assert "MatMulNBits" not in _kernels(_function("eight", inputs), inputs)
