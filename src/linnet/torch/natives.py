@@ -23,6 +23,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.norm::batch_norm` | `F.batch_norm(training=False)` on f32, cast to `T` |
 | `std.nn.norm::group_norm` | `F.group_norm` on f32 (no affine), cast to `T`, then the per-channel affine in `T` |
 | `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 |
+| `std.quant::linear_int8`, `linear_int4_groups` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.nn.cache::write_at` | `index_copy` of the one row (out of place) |
 | `std.nn.cache::write_span` at a constant position | the cache slices and the span, concatenated |
 | `std.nn.parallel::{all_reduce, all_gather, shared}`, when a tensor-parallel load marked them | collectives over the ranks (`linnet.torch.parallel`) |
@@ -51,6 +52,7 @@ import torch.nn.functional as F
 from linnet.ir.core import FLOAT_DTYPES, Op, TensorType
 from linnet.records import record
 from linnet.torch.dtypes import storage
+from linnet.torch.natives_quant import linear_int4_groups, linear_int8
 from linnet.torch.ops import Context, Kernel
 
 MASKED_SCORE = -1e30
@@ -118,6 +120,30 @@ def _linear_vector(
 
 
 linear_vector = _linear_vector
+
+
+def find_linear_int8(op: Op, context: Context) -> Native | None:
+    """`linear_int8(x, q, scale, bias)` with a 2-D or higher float `x`."""
+    x = op.operands[0].type
+    if len(op.operands) not in (3, 4) or x.dtype not in FLOAT_DTYPES or x.rank < 1:
+        return None
+    return Native(
+        "std.quant::linear_int8",
+        linear_int8,
+        lambda a: f"natives.linear_int8({', '.join(a)})",
+    )
+
+
+def find_linear_int4_groups(op: Op, context: Context) -> Native | None:
+    """`linear_int4_groups(x, packed, scale, zero, bias)` with a float `x`."""
+    x = op.operands[0].type
+    if len(op.operands) not in (4, 5) or x.dtype not in FLOAT_DTYPES or x.rank < 1:
+        return None
+    return Native(
+        "std.quant::linear_int4_groups",
+        linear_int4_groups,
+        lambda a: f"natives.linear_int4_groups({', '.join(a)})",
+    )
 
 
 # -- normalisation and elementwise ---------------------------------------------------------
@@ -482,6 +508,8 @@ FINDERS: dict[str, Finder] = {
     "std.nn.attention::grouped_attention": find_attention,
     "std.nn.cache::write_at": find_write_at,
     "std.nn.cache::write_span": find_write_span,
+    "std.quant::linear_int8": find_linear_int8,
+    "std.quant::linear_int4_groups": find_linear_int4_groups,
 }
 
 
