@@ -106,7 +106,10 @@ def test_quantised_llama_matches_the_library_dequantised_weights(tmp_path: Path,
     )
     (got_onnx,) = [onnx_model.run_entry("forward", [tokens])]
     kernels = {n.op_type for s in onnx_model.sessions for n in s.proto.graph.node}
-    assert "MatMulNBits" in kernels
+    assert ("MatMulNBits" in kernels) == (bits == 4)
+    # the quantised weights are session constants (pre-packed or folded once at load)
+    (session,) = onnx_model.sessions
+    assert "lm_head.weight" in session.constant_paths
     module = linnet.torch.load(source, generics=GENERICS, weights=tmp_path / "q.safetensors")
     with torch.no_grad():
         got_torch = module(torch.from_numpy(tokens)).numpy()

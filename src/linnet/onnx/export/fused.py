@@ -19,7 +19,8 @@ operands. Out: the result names, or None to inline the body instead.
 | `std.nn.norm::layer_norm` | ONNX `LayerNormalization`, `stash_type=1` (f32, f16); with `fused=True` for now | all |
 | `std.nn.rope::rope` | contrib `RotaryEmbedding` when the tables' halves are provably equal (`fused_rope`) | cpu (f32, f16) |
 | `std.nn.attention::{attention, grouped_attention}` | contrib `GroupQueryAttention` or `MultiHeadAttention` (`fused_attention`) | cpu (f32) |
-| `std.quant::{linear_int4_groups, linear_int8}` | contrib `MatMulNBits` (bits 4 and 8, `fused_quant`) | cpu (f32) |
+| `std.quant::linear_int4_groups` | contrib `MatMulNBits` (bits 4, `fused_quant`) | cpu (f32) |
+| `std.quant::linear_int8` | `MatMul` on the dequantised weight, folded at load (`fused_quant`) | cpu (f32) |
 
 A kernel is used only when every operand has the expected dtype and the
 attributes it needs (`eps`, `scale`) are compile-time constants. Fused models use a

@@ -1,4 +1,5 @@
-"""Weights that ONNX Runtime must see as constants: the weight side of `MatMulNBits`.
+"""Weights that ONNX Runtime must see as constants: the weight side of `MatMulNBits`
+and of the int8 dequantisation folded at load.
 
 Stage: the runtime, between the exported graph and `session.EntrySession`.
 Weights are normally graph inputs, bound once by I/O binding (no copy per
@@ -7,10 +8,11 @@ its `B` only when `B` is an initializer; fed as an input it dequantises the
 whole matrix on every call (measured: 2048 x 2048 int4, 39 ms per call
 against 0.6 ms pre-packed). So the weights that reach a `MatMulNBits` node's
 `B`, `scales` or `zero_points` (directly, or through the integer nodes that
-repack them, `linnet.onnx.export.fused_quant`) become initializers whose
-bytes live in memory we hold: `external_data` pointing at an in-memory file
-(`SessionOptions.add_external_initializers_from_files_in_memory`), so the
-graph proto stays small. ONNX Runtime then folds the repacking nodes once and
+repack them, `linnet.onnx.export.fused_quant`), and those behind an `Identity`
+the exporter named with `FOLD_MARK` (an int8 weight's dequantisation), become
+initializers whose bytes live in memory we hold: `external_data` pointing at
+an in-memory file (`SessionOptions.add_external_initializers_from_files_in_memory`),
+so the graph proto stays small. ONNX Runtime then folds those nodes once and
 pre-packs `B` when the session is made. On the CPU only (the fused kernels'
 provider).
 
@@ -27,7 +29,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort  # type: ignore[import-untyped]
 
-from linnet.onnx.export.fused_quant import DOMAIN, OP_TYPE, QUANTISED_INPUTS
+from linnet.onnx.export.fused_quant import DOMAIN, FOLD_MARK, OP_TYPE, QUANTISED_INPUTS
 
 Array = np.ndarray[Any, Any]
 
@@ -42,7 +44,7 @@ def constant_weights(
     in-memory files by name, one per promoted weight (its host bytes).
     """
     graph = proto.graph
-    nodes = [n for n in graph.node if n.op_type == OP_TYPE and n.domain == DOMAIN]
+    nodes = [n for n in graph.node if _reads_constants(n)]
     if not nodes:
         return proto, {}
     producers = {out: node for node in graph.node for out in node.output}
@@ -77,6 +79,13 @@ def constant_weights(
     return changed, files
 
 
+def _reads_constants(node: onnx.NodeProto) -> bool:
+    """A `MatMulNBits` node, or an `Identity` the exporter marked for folding (`FOLD_MARK`)."""
+    if node.op_type == OP_TYPE and node.domain == DOMAIN:
+        return True
+    return node.op_type == "Identity" and node.name.startswith(FOLD_MARK)
+
+
 def _weight_inputs(
     node: onnx.NodeProto,
     producers: Mapping[str, onnx.NodeProto],
@@ -85,7 +94,8 @@ def _weight_inputs(
 ) -> bool:
     """Whether every graph input behind `node`'s weight-side inputs is a weight (collected
     in `reached`)."""
-    pending = [node.input[i] for i in QUANTISED_INPUTS if i < len(node.input) and node.input[i]]
+    indices = (0,) if node.op_type == "Identity" else QUANTISED_INPUTS
+    pending = [node.input[i] for i in indices if i < len(node.input) and node.input[i]]
     seen: set[str] = set()
     while pending:
         name = pending.pop()
