@@ -149,9 +149,7 @@ def main() -> None:
         source.write_text(quantised.quantised_source(bits, group))
         start = time.perf_counter()
         target = folder / f"{name}.safetensors"
-        quantize_checkpoint(
-            floats, target, patterns=quantised.PATTERNS, bits=bits, group=group
-        )
+        quantize_checkpoint(floats, target, patterns=quantised.PATTERNS, bits=bits, group=group)
         quantise_s[name] = time.perf_counter() - start
         variants[name] = (source, read_safetensors(target))
 

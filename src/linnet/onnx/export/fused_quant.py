@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
 from onnx import helper
 
 from linnet.ir.core import Op, Value
