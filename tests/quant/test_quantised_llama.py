@@ -6,8 +6,9 @@ defining library's quantiser gives, dequantised in NumPy: ONNX Runtime's
 `MatMulNBitsQuantizer` block quantiser for int4 (our bytes equal its bytes,
 tests/quant/test_layouts.py), the per-row int8 formula for int8. The
 quantised source through `linnet.onnx.load_model` (MatMulNBits kernels) and
-`linnet.torch` (the std bodies) must give those logits within f32 rounding,
-while quantisation itself moves them much further from the float logits.
+`linnet.torch` (the weight dequantised once) must give those logits within
+f32 rounding, while quantisation itself moves them much further from the
+float logits. `int8_activations=True` must move them, by less than that.
 """
 
 from __future__ import annotations
@@ -120,5 +121,14 @@ def test_quantised_llama_matches_the_library_dequantised_weights(tmp_path: Path,
         assert np.abs(got - expected).max() < quantisation_error / 20
     # the float weights really were quantised (the check above is not vacuous)
     assert quantisation_error > 1e-3
+    if bits == 4:
+        # opt-in int8 activations (llama.cpp's trade): a different function, visibly so,
+        # but well inside the error of the 4-bit weights themselves
+        fast = linnet.onnx.load_model(
+            source, generics=GENERICS, weights=tmp_path / "q.safetensors", int8_activations=True
+        )
+        rounded = np.asarray(fast.run_entry("forward", [tokens]))
+        moved = np.abs(rounded - expected).max()
+        assert 2e-4 * max(1.0, np.abs(expected).max()) < moved < quantisation_error / 2
     stored = read_safetensors(tmp_path / "q.safetensors")
     assert stored["lm_head.weight"].dtype == (np.uint8 if bits == 4 else np.int8)
