@@ -383,7 +383,7 @@ class OnnxModel:
                 self.weights,
                 cuda_graph=capture,
                 options=self.session_options,
-            int8_activations=self.int8_activations,
+                int8_activations=self.int8_activations,
             )
             self._sessions[(*key, capture)] = session
         return session
