@@ -64,20 +64,6 @@ def _module(name: str, path: Path) -> ModuleType:
     return module
 
 
-def onnx_decode(model: Any, prompt: Array, new: int) -> tuple[list[int], float]:
-    """Greedy tokens and the seconds of the new - 1 decode steps after the prefill."""
-    model.reset_state()
-    first = model.run_entry("prefill", [prompt, 0], argmax=True)
-    token = model.place(first[:, -1], "i32")
-    kept = [token]
-    start = time.perf_counter()
-    for position in range(prompt.shape[1], prompt.shape[1] + new - 1):
-        token = model.run_entry("decode", [token, position], argmax=True, keep_on_device=True)
-        kept.append(token)
-    seconds = time.perf_counter() - start
-    return [int(t.numpy()[0]) for t in kept], seconds
-
-
 def torch_decode(module: Any, prompt: Array, new: int) -> tuple[list[int], float]:
     import torch
 
@@ -136,6 +122,12 @@ def main() -> None:
     from linnet.weights import read_safetensors
 
     decode_bench = _module("onnx_decode_bench", ROOT / "bench" / "onnx_decode.py")
+
+    def onnx_decode(model: Any, prompt: Array, new: int) -> tuple[list[int], float]:
+        """Greedy tokens and the seconds of the new - 1 decode steps (`onnx_decode.py`'s)."""
+        kept, _, seconds = decode_bench.linnet_generate(model, prompt, new)
+        return kept, seconds
+
     make_weights = _module("llama_make_weights", EXAMPLE / "make_weights.py")
     quantised = _module("llama_quantised", EXAMPLE / "quantised.py")
 

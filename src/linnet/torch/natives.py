@@ -122,28 +122,18 @@ def _linear_vector(
 linear_vector = _linear_vector
 
 
-def find_linear_int8(op: Op, context: Context) -> Native | None:
-    """`linear_int8(x, q, scale, bias)` with a 2-D or higher float `x`."""
-    x = op.operands[0].type
-    if len(op.operands) not in (3, 4) or x.dtype not in FLOAT_DTYPES or x.rank < 1:
-        return None
-    return Native(
-        "std.quant::linear_int8",
-        linear_int8,
-        lambda a: f"natives.linear_int8({', '.join(a)})",
-    )
+def _find_quantised_linear(callee: str, kernel: Kernel, operands: tuple[int, int]) -> Finder:
+    """`std.quant` linears (`natives_quant`): a float `x` and `operands` operand counts
+    (without and with the bias)."""
+    name = callee.split("::")[1]
 
+    def find(op: Op, context: Context) -> Native | None:
+        x = op.operands[0].type
+        if len(op.operands) not in operands or x.dtype not in FLOAT_DTYPES or x.rank < 1:
+            return None
+        return Native(callee, kernel, lambda a: f"natives.{name}({', '.join(a)})")
 
-def find_linear_int4_groups(op: Op, context: Context) -> Native | None:
-    """`linear_int4_groups(x, packed, scale, zero, bias)` with a float `x`."""
-    x = op.operands[0].type
-    if len(op.operands) not in (4, 5) or x.dtype not in FLOAT_DTYPES or x.rank < 1:
-        return None
-    return Native(
-        "std.quant::linear_int4_groups",
-        linear_int4_groups,
-        lambda a: f"natives.linear_int4_groups({', '.join(a)})",
-    )
+    return find
 
 
 # -- normalisation and elementwise ---------------------------------------------------------
@@ -508,8 +498,10 @@ FINDERS: dict[str, Finder] = {
     "std.nn.attention::grouped_attention": find_attention,
     "std.nn.cache::write_at": find_write_at,
     "std.nn.cache::write_span": find_write_span,
-    "std.quant::linear_int8": find_linear_int8,
-    "std.quant::linear_int4_groups": find_linear_int4_groups,
+    "std.quant::linear_int8": _find_quantised_linear("std.quant::linear_int8", linear_int8, (3, 4)),
+    "std.quant::linear_int4_groups": _find_quantised_linear(
+        "std.quant::linear_int4_groups", linear_int4_groups, (4, 5)
+    ),
 }
 
 
