@@ -8,9 +8,9 @@ greedily in one process, each precision through both backends:
 - `linnet.onnx.load_model`: int4 linears run as ONNX Runtime's `MatMulNBits`
   on pre-packed weights, int8 ones on weights dequantised once at load (its
   8-bit kernel has no fast f32 path); prefill, then `decode` with the argmax
-  in the graph and the token kept in ONNX Runtime. int4 also runs with
-  `int8_activations=True` (llama.cpp's Q4_0 trade: activations rounded to
-  int8 per block, a different function);
+  in the graph and the token kept in ONNX Runtime. Both also run with
+  `int8_activations=True` (llama.cpp's Q4_0 / Q8_0 trade: `MatMulNBits` with
+  activations rounded to int8 per block, a different function);
 - `linnet.torch.load` (generated code): the quantised weights are
   dequantised once at load and run as f32 `F.linear` (PyTorch's own
   weight-only CPU kernels were slower than that here; see
@@ -159,8 +159,8 @@ def main() -> None:
         cache = 2 * sizes["Layers"] * sizes["KvHeads"] * max_seq * (sizes["H"] // sizes["Heads"])
         stored = sum(a.nbytes for a in weights.values()) - embed + 4 * cache
         dense = sum(a.nbytes for a in floats.values()) - embed + 4 * cache
-        if name == "int8":  # ONNX Runtime reads the weights it dequantised at load
-            stored = dense
+        # ONNX Runtime reads int8 weights it dequantised at load, unless int8_activations
+        read = dense if name == "int8" else stored
         progress(f"{name}: load_model and sessions")
         model = linnet.onnx.load_model(source, generics=generics, weights=weights)
         model.prepare("prefill", [TensorType(prompt.shape, "i32"), scalar], argmax=True)
@@ -168,8 +168,8 @@ def main() -> None:
         runs: list[Callable[[], tuple[list[int], float]]] = [
             lambda m=model: onnx_decode(m, prompt, args.new)
         ]
-        labels = [("linnet.onnx (load_model)", stored)]
-        if name.startswith("int4"):
+        labels = [("linnet.onnx (load_model)", read)]
+        if name != "f32":
             progress(f"{name}: load_model(int8_activations=True) and sessions")
             fast = linnet.onnx.load_model(
                 source, generics=generics, weights=weights, int8_activations=True
@@ -220,7 +220,7 @@ def main() -> None:
     print(f"# greedy tokens equal to linnet.onnx f32: {agree}")
     print(
         "# MB/token is what each path reads per step: linnet.torch (all precisions) and the "
-        "ONNX int8 rows read f32 weights dequantised once at load"
+        "ONNX int8 row without int8_activations read f32 weights dequantised once at load"
     )
     print(f"# {llama_cpp_note()}")
 

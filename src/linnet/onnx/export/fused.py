@@ -20,7 +20,7 @@ operands. Out: the result names, or None to inline the body instead.
 | `std.nn.rope::rope` | contrib `RotaryEmbedding` when the tables' halves are provably equal (`fused_rope`) | cpu (f32, f16) |
 | `std.nn.attention::{attention, grouped_attention}` | contrib `GroupQueryAttention` or `MultiHeadAttention` (`fused_attention`) | cpu (f32) |
 | `std.quant::linear_int4_groups` | contrib `MatMulNBits` (bits 4, `fused_quant`) | cpu (f32) |
-| `std.quant::linear_int8` | `MatMul` on the dequantised weight, folded at load (`fused_quant`) | cpu (f32) |
+| `std.quant::linear_int8` | `MatMul` on the dequantised weight, folded at load; `MatMulNBits` (bits 8) with `int8_activations` (`fused_quant`) | cpu (f32) |
 
 A kernel is used only when every operand has the expected dtype and the
 attributes it needs (`eps`, `scale`) are compile-time constants. Fused models use a

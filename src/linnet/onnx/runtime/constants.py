@@ -112,24 +112,6 @@ def _weight_inputs(
     return bool(reached)
 
 
-INT8_ACTIVATIONS = 4
-"""`MatMulNBits`' `accuracy_level` that rounds the activations to int8 per block."""
-
-
-def with_int8_activations(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """`proto` with every `MatMulNBits` at `accuracy_level=4` (`load_model(int8_activations=True)`):
-    ONNX Runtime's int8-dot-product kernels, llama.cpp's Q4_0 x Q8_0 trade."""
-    changed = onnx.ModelProto()
-    changed.CopyFrom(proto)
-    for node in changed.graph.node:
-        if node.op_type == OP_TYPE and node.domain == DOMAIN:
-            kept = [a for a in node.attribute if a.name != "accuracy_level"]
-            del node.attribute[:]
-            node.attribute.extend(kept)
-            node.attribute.append(onnx.helper.make_attribute("accuracy_level", INT8_ACTIVATIONS))
-    return changed
-
-
 def add_memory_files(options: ort.SessionOptions, files: Mapping[str, Array]) -> None:
     """Register in-memory files for `external_data` locations (kept alive by the caller)."""
     if files:

@@ -127,10 +127,11 @@ def load_model(
     (names or `(name, options)` pairs, TensorRT's included; default: the CPU);
     `session_options` (an `onnxruntime.SessionOptions`) is every session's
     options, used as given (threads, spinning, profiling), with the CPU's
-    shared-arena entry added. `int8_activations` lets the int4 weight-only
-    kernels (`MatMulNBits`, on the CPU) round their activations to int8 per
-    block, as llama.cpp's Q4_0 does: several times faster, but not the std
-    body's f32 function (about 1% relative error added per product).
+    shared-arena entry added. `int8_activations` lets the weight-only
+    kernels of `std.quant`'s linears (`MatMulNBits`, on the CPU) round their
+    activations to int8 per block, as llama.cpp's Q4_0 and Q8_0 do: several
+    times faster, but not the std bodies' f32 function (about 1% relative
+    error added per product).
 
     >>> import numpy as np
     >>> m = load_model('''module doc
@@ -383,7 +384,6 @@ class OnnxModel:
                 self.weights,
                 cuda_graph=capture,
                 options=self.session_options,
-                int8_activations=self.int8_activations,
             )
             self._sessions[(*key, capture)] = session
         return session
@@ -420,7 +420,13 @@ class OnnxModel:
         from linnet.onnx.export.provider import check_provider
 
         provider = "cpu" if self.device.kind == "cpu" else "cuda"
-        exported = export_ir(fn, provider=provider, fused=provider == "cpu", dynamic=dims)
+        exported = export_ir(
+            fn,
+            provider=provider,
+            fused=provider == "cpu",
+            dynamic=dims,
+            int8_activations=self.int8_activations,
+        )
         proto = exported.model
         check_provider(proto, provider)
         contract = read_contract(proto, fn, self.kinds)
@@ -432,7 +438,6 @@ class OnnxModel:
             self.device,
             self.weights,
             options=self.session_options,
-            int8_activations=self.int8_activations,
         )
 
     def captures(self, contract: Contract) -> bool:
@@ -482,7 +487,12 @@ class OnnxModel:
         writes = find_writes(fn)
         # ONNX Runtime's fused kernels (fused) are verified on the CPU provider only.
         fused = provider == "cpu"
-        exported = export_ir(with_probes(fn, writes), provider=provider, fused=fused)
+        exported = export_ir(
+            with_probes(fn, writes),
+            provider=provider,
+            fused=fused,
+            int8_activations=self.int8_activations,
+        )
         proto = exported.model
         if writes:
             state = {io.path: io.name for io in exported.inputs if io.role == "state"}

@@ -37,11 +37,7 @@ import onnxruntime as ort  # type: ignore[import-untyped]
 
 from linnet.errors import InternalError, LinnetError
 from linnet.ir.core import TensorType
-from linnet.onnx.runtime.constants import (
-    add_memory_files,
-    constant_weights,
-    with_int8_activations,
-)
+from linnet.onnx.runtime.constants import add_memory_files, constant_weights
 from linnet.onnx.runtime.contract import Contract, dtypes_in
 from linnet.onnx.runtime.state import StateStore
 from linnet.onnx.runtime.values import Buffer, Device, Provider, provider_name
@@ -155,7 +151,6 @@ class EntrySession:
         *,
         cuda_graph: bool = False,
         options: ort.SessionOptions | None = None,
-        int8_activations: bool = False,
     ) -> None:
         self.entry = entry
         self.proto = proto
@@ -165,8 +160,6 @@ class EntrySession:
         used = graph_providers(providers) if cuda_graph else list(providers)
         constant: dict[str, np.ndarray] = {}
         if device.kind == "cpu":
-            if int8_activations:
-                proto = with_int8_activations(proto)
             proto, constant = constant_weights(proto, contract.weights, weights)
         inputs = {v.name for v in proto.graph.input}
         self.session = create_session(proto, used, device, entry, options, constant)
