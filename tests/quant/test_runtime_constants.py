@@ -40,7 +40,8 @@ def reference(weights: dict[str, Array], x: Array) -> Array:
     q = np.stack([packed & 15, packed >> 4], axis=-1).reshape(8, 2, 32).astype(np.float64)
     four = ((q - zero[..., None]) * scale[..., None].astype(np.float64)).reshape(8, 64)
     eight = weights["eight.weight"].astype(np.float64) * weights["eight.scale"][:, None]
-    result: Array = (x.astype(np.float64) @ four.T) @ eight.T * weights["gain"]
+    inputs = x.astype(np.float64)[..., weights["four.order"]] if "four.order" in weights else x
+    result: Array = (inputs.astype(np.float64) @ four.T) @ eight.T * weights["gain"]
     return result
 
 
@@ -68,3 +69,21 @@ def test_quantised_weights_are_session_constants_and_update() -> None:
     model.update_weights({"gain": np.full(4, 3.0, np.float32)})  # a bound weight: rebound
     assert len(model.sessions) == 1
     np.testing.assert_allclose(model.run_entry("forward", [x]), got * 1.5, rtol=1e-5)
+
+
+def test_act_order_permutes_the_inputs_of_the_kernel() -> None:
+    """`Int4GroupLinear.order` (GPTQ act-order): `take_inputs`, then `MatMulNBits`."""
+    rng = np.random.default_rng(6)
+    packed, scale, zero = int4_groups(rng.standard_normal((8, 64)).astype(np.float32), 32)
+    q8, s8 = int8_rows(rng.standard_normal((4, 8)).astype(np.float32))
+    weights = {
+        "four.weight": packed, "four.scale": scale, "four.zero": zero,
+        "four.order": rng.permutation(64).astype(np.int32),
+        "eight.weight": q8, "eight.scale": s8, "gain": np.ones(4, np.float32),
+    }  # fmt: skip
+    model = load_model(SOURCE, weights=weights)
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    np.testing.assert_allclose(model.run_entry("forward", [x]), reference(weights, x), rtol=1e-5)
+    (session,) = model.sessions
+    assert "MatMulNBits" in {n.op_type for n in session.proto.graph.node}
+    assert "four.order" not in session.constant_paths
