@@ -9,7 +9,7 @@ LOCK := requirements.lock
 STAMP := $(VENV)/.installed
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: venv test test-slow lint format demo bench lock lock-upgrade clean
+.PHONY: venv test test-slow triton-server lint format demo bench lock lock-upgrade clean
 
 venv: $(STAMP)
 
@@ -31,18 +31,22 @@ lock-upgrade:
 	$(PYTHON) tools/lock.py lock --upgrade
 
 lint: venv
-	$(PY) -m ruff check src tests bench examples tools
-	$(PY) -m ruff format --check src tests bench examples tools
+	$(PY) -m ruff check src tests bench examples tools integrations
+	$(PY) -m ruff format --check src tests bench examples tools integrations
 	$(PY) -m mypy
 
 format: venv
-	$(PY) -m ruff format src tests bench examples tools
+	$(PY) -m ruff format src tests bench examples tools integrations
 
 test: lint
 	$(PY) -m pytest -q
 
 test-slow: venv
 	$(PY) -m pytest -q -m slow
+
+# A real tritonserver (pytriton's, unpacked outside the venv) for the slow Triton tests.
+triton-server: venv
+	$(PY) tools/triton_server.py prepare
 
 # The Llama example: check it, write seeded random weights, prefill a prompt and
 # decode 16 greedy tokens over the KV cache with linnet.torch; prints tokens and timings.

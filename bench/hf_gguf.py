@@ -17,6 +17,7 @@ and reused). Then, each in a process of its own so that time and peak memory
 - `convert` of the folder into a model card (aim: under 2 s, no weight bytes copied).
 
     .venv/bin/python bench/hf_gguf.py [--layers N] [--small] [--keep DIR] [--llama-cpp DIR]
+                                      [--only hf|gguf|convert ...]
 """
 
 from __future__ import annotations
@@ -166,6 +167,10 @@ def main() -> None:
     parser.add_argument("--llama-cpp", default=None)
     parser.add_argument("--child", default=None)
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--only", nargs="+", choices=("hf", "gguf", "convert"), default=None,
+        help="measure only these rows (default: all)",
+    )  # fmt: skip
     args = parser.parse_args()
     sizes = dict(SMALL if args.small else TINYLLAMA)
     if args.layers is not None:
@@ -187,10 +192,12 @@ def main() -> None:
     print(f"model: {sizes}, {size / 1e9:.2f} GB of f32 weights (prepared in "
           f"{time.perf_counter() - start:.1f} s, {folder})")  # fmt: skip
     peer_ok = args.llama_cpp and (folder / "tokenizer.model").is_file()
-    rows = [("hf.export", "hf", "file copy", "copy")]
+    only = set(args.only or ("hf", "gguf", "convert"))
+    rows = [("hf.export", "hf", "file copy", "copy")] if "hf" in only else []
     rows += [
         (f"gguf {t}", f"gguf-{t}", f"convert_hf_to_gguf {t}", f"peer-{t}")
         for t in ("f32", "f16", "q8_0")
+        if "gguf" in only
     ]
     print(f"{'ours':<16}{'s':>8}{'peak GB':>9}  {'peer':<24}{'s':>8}{'peak GB':>9}{'ratio':>7}")
     for label, kind, peer_label, peer_kind in rows:
@@ -211,6 +218,8 @@ def main() -> None:
             + (f"  ({theirs['note']})" if theirs.get("note") else "")
             + (f"  [ours: {ours['note']}]" if ours.get("note") else "")
         )
+    if "convert" not in only:
+        return
     card = measure("convert", folder, sizes, args)
     print(f"{'convert':<16}{card['seconds']:>8.2f}{card['peak'] / 1e9:>9.2f}  ({card['note']})")
 

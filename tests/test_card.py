@@ -58,3 +58,19 @@ def test_loader_arguments_fill_what_the_caller_left_out(tmp_path: Path) -> None:
     _, _, weights, _, bindings = loader_arguments(tmp_path, None, {"x": 1}, None, None)
     assert weights == {"x": 1} and bindings is None  # the card's bindings go with its weights
     assert loader_arguments("src.linnet", None, None, None, None)[0] == "src.linnet"
+
+
+def test_a_card_may_list_several_weight_sources(tmp_path: Path) -> None:
+    write_card(
+        tmp_path,
+        {"source": "lib.linnet", "weights": ["../folder", "rope_factors.safetensors"]},
+        {"H": 8},
+    )
+    card = read_card(tmp_path)
+    assert card.weights == (
+        (tmp_path.parent / "folder").resolve(),
+        (tmp_path / "rope_factors.safetensors").resolve(),
+    )
+    (tmp_path / "nest.toml").write_text('source = "lib.linnet"\nweights = ["a", 3]\n')
+    with pytest.raises(LinnetError, match="`weights` must be a string or a list of strings"):
+        read_card(tmp_path)

@@ -106,3 +106,17 @@ def test_missing_sources(tmp_path: Path) -> None:
         open_checkpoint(tmp_path / "nope.safetensors")
     with pytest.raises(LinnetError, match=r"no model\.safetensors\.index\.json"):
         open_checkpoint(tmp_path)
+
+
+def test_a_list_of_sources_reads_as_one_checkpoint(tmp_path: Path) -> None:
+    expected = _shards(tmp_path)
+    extra = {"rope_factors": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    checkpoint = open_checkpoint([tmp_path, extra])
+    assert set(checkpoint.tensors) == set(expected) | {"rope_factors"}
+    np.testing.assert_array_equal(checkpoint.load("c.weight"), expected["c.weight"])
+    np.testing.assert_array_equal(checkpoint.load("rope_factors"), extra["rope_factors"])
+    assert checkpoint.folder == tmp_path
+    with pytest.raises(LinnetError, match=r"`a.weight` is stored in both .* and arrays in memory"):
+        open_checkpoint([tmp_path, {"a.weight": np.zeros(2, np.float32)}])
+    with pytest.raises(LinnetError, match="an empty list of checkpoints"):
+        open_checkpoint([])

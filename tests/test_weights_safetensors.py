@@ -22,6 +22,7 @@ import torch
 from linnet.errors import LinnetError
 from linnet.weights.safetensors import (
     MAX_HEADER_BYTES,
+    ST_TO_LINNET,
     SafeTensorsFile,
     read_safetensors,
     save_safetensors,
@@ -303,3 +304,75 @@ def test_gaps_between_tensors_are_accepted(tmp_path: Path) -> None:
     path = _write_raw(tmp_path / "gap.safetensors", header, data)
     read = read_safetensors(path)
     assert int(read["a"][0]) == 7 and int(read["b"][0]) == 9
+
+
+def _streamed_copy(source: Path, target: Path) -> None:
+    """`save_safetensors_streamed` of every tensor of `source`, read memory-mapped."""
+    from linnet.weights.safetensors import save_safetensors_streamed
+
+    file = SafeTensorsFile(source)
+    items = [(n, ST_TO_LINNET[t.dtype], t.shape) for n, t in file.tensors.items()]
+    save_safetensors_streamed(target, items, file.load, {"format": "pt"})
+
+
+def test_streamed_tensors_of_a_mapped_file_are_copied_file_to_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unchanged tensors of a mapped checkpoint go through `os.copy_file_range` (no pass
+    through memory); where the kernel refuses (another file system, EXDEV), the bytes are
+    written as before, and the two files are identical either way."""
+    if not hasattr(os, "copy_file_range"):
+        pytest.skip("no os.copy_file_range on this platform")
+    rng = np.random.default_rng(4)
+    tensors = {
+        "a.weight": rng.standard_normal((64, 33)).astype(np.float32),
+        "b.bias": rng.standard_normal(7).astype(np.float16),
+        "c.bf16": rng.standard_normal((5, 3)).astype(ml_dtypes.bfloat16),
+        "d.ids": np.arange(9, dtype=np.int64),
+    }
+    save_safetensors(tensors, tmp_path / "source.safetensors", {"format": "pt"})
+    calls: list[int] = []
+    real = os.copy_file_range
+
+    def counted(*args: int) -> int:
+        calls.append(args[2])
+        return real(*args)
+
+    monkeypatch.setattr(os, "copy_file_range", counted)
+    _streamed_copy(tmp_path / "source.safetensors", tmp_path / "copied.safetensors")
+    assert sum(calls) == sum(t.nbytes for t in tensors.values())
+
+    def refused(*args: int) -> int:
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", refused)
+    _streamed_copy(tmp_path / "source.safetensors", tmp_path / "written.safetensors")
+    source = (tmp_path / "source.safetensors").read_bytes()
+    assert (tmp_path / "copied.safetensors").read_bytes() == source
+    assert (tmp_path / "written.safetensors").read_bytes() == source
+    read = read_safetensors(tmp_path / "copied.safetensors")
+    for name, value in tensors.items():
+        np.testing.assert_array_equal(read[name], value)
+
+
+def test_a_partial_copy_is_undone_before_the_bytes_are_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not hasattr(os, "copy_file_range"):
+        pytest.skip("no os.copy_file_range on this platform")
+    tensors = {"a": np.arange(4096, dtype=np.float32), "b": np.ones(100, np.float32)}
+    save_safetensors(tensors, tmp_path / "source.safetensors", {"format": "pt"})
+    real = os.copy_file_range
+    state = {"calls": 0}
+
+    def halfway(source: int, target: int, count: int, offset: int | None = None) -> int:
+        state["calls"] += 1
+        if state["calls"] == 2:
+            raise OSError(5, "I/O error")
+        return real(source, target, min(count, 1000), offset)
+
+    monkeypatch.setattr(os, "copy_file_range", halfway)
+    _streamed_copy(tmp_path / "source.safetensors", tmp_path / "out.safetensors")
+    assert (tmp_path / "out.safetensors").read_bytes() == (
+        tmp_path / "source.safetensors"
+    ).read_bytes()

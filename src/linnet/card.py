@@ -9,7 +9,7 @@ name = "tiny-llama"
 source = "src/lib.linnet"          # the Linnet source, relative to the card
 root = "LlamaForCausalLM"          # the root block
 entry = "forward"                  # the entry a caller runs by default
-weights = "../tiny-llama"          # SafeTensors file, shard folder or index
+weights = "../tiny-llama"          # SafeTensors file, shard folder or index, or a list of them
 bindings = "bindings.json"         # optional: parameter paths -> checkpoint names
 tokenizer = "."                    # optional: the folder holding the tokenizer files
 
@@ -40,7 +40,8 @@ _PATH_KEYS = ("source", "weights", "bindings", "tokenizer")
 
 @record(frozen=True)
 class Card:
-    """A read card; every path absolute. `weights`, `bindings`, `tokenizer` may be absent."""
+    """A read card; every path absolute. `weights`, `bindings`, `tokenizer` may be absent;
+    `weights` is a tuple when the card lists several checkpoints (read as one)."""
 
     folder: Path
     name: str
@@ -48,7 +49,7 @@ class Card:
     root: str | None
     entry: str | None
     generics: dict[str, object]
-    weights: Path | None
+    weights: Path | tuple[Path, ...] | None
     bindings: Path | None
     tokenizer: Path | None
 
@@ -77,7 +78,11 @@ def read_card(folder: str | os.PathLike[str]) -> Card:
     known = {"name", "root", "entry", "generics", *_PATH_KEYS}
     problems += [f"unknown key `{k}`" for k in data if k not in known]
     for key in ("name", "root", "entry", *_PATH_KEYS):
-        if key in data and not isinstance(data[key], str):
+        value = data.get(key)
+        if key == "weights" and isinstance(value, list) and value:
+            if not all(isinstance(v, str) for v in value):
+                problems.append("`weights` must be a string or a list of strings")
+        elif key in data and not isinstance(value, str):
             problems.append(f"`{key}` must be a string")
     if "source" not in data:
         problems.append("`source` is missing")
@@ -95,6 +100,10 @@ def read_card(folder: str | os.PathLike[str]) -> Card:
 
     source = where("source")
     assert source is not None
+    weights = data.get("weights")
+    listed: tuple[Path, ...] | None = None
+    if isinstance(weights, list):
+        listed = tuple((base / str(v)).resolve() for v in weights)
     return Card(
         folder=base.resolve(),
         name=str(data.get("name", base.name)),
@@ -102,22 +111,31 @@ def read_card(folder: str | os.PathLike[str]) -> Card:
         root=data.get("root"),
         entry=data.get("entry"),
         generics=dict(generics),
-        weights=where("weights"),
+        weights=listed if listed is not None else where("weights"),
         bindings=where("bindings"),
         tokenizer=where("tokenizer"),
     )
 
 
 def write_card(
-    folder: Path, fields: Mapping[str, str | None], generics: Mapping[str, object]
+    folder: Path,
+    fields: Mapping[str, str | list[str] | None],
+    generics: Mapping[str, object],
 ) -> None:
-    """`folder/nest.toml` from string fields (None left out) and the generics table."""
-    lines = [f"{k} = {_toml_string(v)}" for k, v in fields.items() if v is not None]
+    """`folder/nest.toml` from string (or list of strings) fields, None left out, and the
+    generics table."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in fields.items() if v is not None]
     lines += ["", "[generics]"]
     for name, value in generics.items():
         shown = str(value) if isinstance(value, int) else _toml_string(str(value))
         lines.append(f"{name} = {shown}")
     write_bytes(folder / CARD_NAME, ("\n".join(lines) + "\n").encode("utf-8"))
+
+
+def _toml_value(value: str | list[str]) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_string(v) for v in value) + "]"
+    return _toml_string(value)
 
 
 def _toml_string(text: str) -> str:

@@ -1,5 +1,5 @@
 """The `linnet` command (language.md 18): check, lint, fmt, inspect, plan, torch, jax,
-stablehlo, onnx, init, spec-test, and serve / generate (linnet.serve).
+stablehlo, onnx, triton, init, spec-test, and serve / generate (linnet.serve).
 
 Stage: the outermost shell. In: a command line. Out: text on stdout/stderr
 and an exit status:
@@ -63,6 +63,8 @@ commands:
   onnx [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
           [--provider cpu|cuda] [--fused] [--grad] [--dynamic G,G...] [--output FILE]
           [--std DIR] FILE                         one entry as ONNX (opset 20) text, or a file
+  triton --weights W [--bind G=V]... [--backend onnx|python] [--name NAME] [...] SOURCE OUTPUT
+                                                   one model of a Triton Inference Server repository
   init [DIR]                                       create a package (linnet.toml, src/lib.linnet)
   convert FOLDER [-o DIR] [--context N]            a transformers folder -> a model card (nest.toml)
   quantize WEIGHTS -o FILE --pattern GLOB... [--bits 4|8] [--group N] [--method rtn]
@@ -167,6 +169,28 @@ COMMAND_HELP: dict[str, str] = {
     "  --grad          export the loss and its gradients (outputs loss, grad0, grad1, ...)\n"
     "  --dynamic G,G   leave these entry generics symbolic: one graph for every size\n"
     "  --output FILE   write a .onnx file instead of printing text\n" + _STD_OPTION,
+    "triton": "usage: linnet triton --weights W [--bind G=V]... [--generics FILE.json]\n"
+    "                     [--entry NAME] [--root BLOCK] [--bindings FILE] [--backend onnx|python]\n"
+    "                     [--runtime torch|onnx] [--name NAME] [--version N] [--dynamic G,G...]\n"
+    "                     [--max-batch-size N] [--idle-seconds S] [--std DIR] SOURCE OUTPUT\n\n"
+    "Write one model of a Triton Inference Server repository: OUTPUT/NAME/config.pbtxt and\n"
+    "the version folder. --backend onnx (default) writes model.onnx for Triton's ONNX Runtime\n"
+    "backend (stateless entries); --backend python writes model.py with the source and the\n"
+    "weights, and serves a decoder (prefill_slots/decode_rows) through the sequence batcher.\n\n"
+    "options:\n"
+    "  --weights W     the SafeTensors file or folder; --bindings FILE maps paths to its names\n"
+    "  --bind G=V      bind a generic (repeatable); --generics F a JSON file of generic values\n"
+    "  --entry NAME    the entry (python: none, or a serving entry, for a decoder)\n"
+    "  --root BLOCK    the root block\n"
+    "  --backend B     onnx (default) or python\n"
+    "  --runtime R     what model.py runs the entries on: torch (default) or onnx\n"
+    "  --name NAME     the model's name (default: from SOURCE)\n"
+    "  --version N     the version folder (default: 1)\n"
+    "  --dynamic G,G   leave these entry generics symbolic (-1 axes; a batch axis batches)\n"
+    "  --max-batch-size N\n"
+    "                  the batch limit when the entry batches (default: 8)\n"
+    "  --idle-seconds S\n"
+    "                  free a decoder sequence idle this long (default: 60)\n" + _STD_OPTION,
     "init": "usage: linnet init [DIR]\n\n"
     "Create a package in DIR (default: the current directory): linnet.toml and, when\n"
     "absent, src/lib.linnet. An existing linnet.toml stops the command.\n",
@@ -534,6 +558,50 @@ def _run_onnx(invocation: Invocation) -> int:
     )
 
 
+# -- triton ----------------------------------------------------------------------------
+
+
+def _run_triton(invocation: Invocation) -> int:
+    from linnet.commands.serve import read_generics
+    from linnet.commands.triton import run_triton
+
+    if len(invocation.operands) != 2:
+        raise UsageError("`triton` takes a SOURCE and an OUTPUT folder")
+    backend = invocation.values.get("--backend", "onnx")
+    if backend not in ("onnx", "python"):
+        raise UsageError(f"`--backend` takes `onnx` or `python`, not `{backend}`")
+    runtime = invocation.values.get("--runtime", "torch")
+    if runtime not in ("torch", "onnx"):
+        raise UsageError(f"`--runtime` takes `torch` or `onnx`, not `{runtime}`")
+    if "--weights" not in invocation.values:
+        raise UsageError("`triton` needs --weights")
+    dynamic = [n.strip() for n in invocation.values.get("--dynamic", "").split(",") if n.strip()]
+    generics = read_generics(
+        invocation.values.get("--generics"), parse_binds(invocation.lists.get("--bind", []))
+    )
+    options: dict[str, Any] = {
+        "name": invocation.values.get("--name"),
+        "entry": invocation.values.get("--entry"),
+        "root": invocation.values.get("--root"),
+        "bindings": invocation.values.get("--bindings"),
+        "std_root": invocation.std,
+        "backend": backend,
+        "runtime": runtime,
+        "version": int(_number_option(invocation, "--version", 1, int)),
+        "dynamic": dynamic,
+        "max_batch_size": int(_number_option(invocation, "--max-batch-size", 8, int)),
+        "idle_seconds": float(_number_option(invocation, "--idle-seconds", 60.0, float)),
+    }
+    source, output = (Path(p) for p in invocation.operands)
+    return run_triton(
+        source,
+        output,
+        generics=generics,
+        weights=Path(invocation.values["--weights"]),
+        options=options,
+    )
+
+
 # -- fmt -------------------------------------------------------------------------------
 
 
@@ -755,6 +823,27 @@ _COMMANDS: dict[str, CommandSpec] = {
             {"--std", "--entry", "--root", "--optionals", "--provider", "--output", "--dynamic"}
         ),
         frozenset({"--bind"}),
+    ),
+    "triton": CommandSpec(
+        _run_triton,
+        valued=frozenset(
+            {
+                "--weights",
+                "--generics",
+                "--entry",
+                "--root",
+                "--bindings",
+                "--backend",
+                "--runtime",
+                "--name",
+                "--version",
+                "--dynamic",
+                "--max-batch-size",
+                "--idle-seconds",
+                "--std",
+            }
+        ),
+        repeated=frozenset({"--bind"}),
     ),
     "init": CommandSpec(_run_init),
     "convert": CommandSpec(_run_convert, valued=frozenset({"-o", "--output", "--context"})),

@@ -10,11 +10,14 @@ root's generics and checking that the checkpoint binds as it is stored. The
 card then holds the source, the generics, a reference to the folder's weights
 (never copied or renamed), a `bindings.json` only for a tied head (which
 `save_pretrained` omits), and copies of the tokenizer files, `config.json` and
-`generation_config.json`.
+`generation_config.json`. A phi3 folder with longrope scaling gets one more
+file, `rope_factors.safetensors` (its short and long factors, the source's
+`rope_factors` buffer: generics are integers), which the card lists after the
+folder's weights.
 
 Anything the source cannot reproduce exactly is refused, with every reason at
 once: another `model_type`, another activation, a rope scaling type other than
-llama3, a sliding window shorter than the context, a value that is not an
+llama3 (and longrope for phi3), a sliding window shorter than the context, a value that is not an
 integer generic, weights that are not SafeTensors, tensors missing or of the
 wrong shape, and stored tensors that bind nothing.
 """
@@ -26,14 +29,17 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
+
 from linnet.atomic import atomic_write, write_bytes
 from linnet.card import Card, read_card, write_card
 from linnet.errors import LinnetError
-from linnet.hf.families import FAMILIES, Family, family_source
+from linnet.hf.families import FAMILIES, LONGROPE_PATH, Family, family_source, longrope_factors
 from linnet.hf.folder import TOKENIZER_FILES
 
 # The cache a card allocates is `MaxSeq` long; a config's context can be 128k.
 DEFAULT_CONTEXT_LIMIT = 4096
+ROPE_FACTORS_FILE = "rope_factors.safetensors"
 KEPT_FILES = ("config.json", "generation_config.json", *TOKENIZER_FILES)
 
 
@@ -77,7 +83,8 @@ def convert(
             + "\n".join(f"  - {r}" for r in reasons)
         )
     target = Path(output) if output is not None else source.parent / f"{source.name}-linnet"
-    return _write(source, target, family, generics, bindings)
+    factors = longrope_factors(config) if family.name == "phi3" else None
+    return _write(source, target, family, generics, bindings, factors)
 
 
 def _read_config(source: Path) -> dict[str, object]:
@@ -144,7 +151,10 @@ def _write(
     family: Family,
     generics: dict[str, object],
     bindings: dict[str, str],
+    factors: np.ndarray | None,
 ) -> Card:
+    from linnet.weights import save_safetensors
+
     (target / "src").mkdir(parents=True, exist_ok=True)
     with (
         family_source(family).open("rb") as src,
@@ -159,6 +169,13 @@ def _write(
     if bindings:
         write_bytes(target / "bindings.json", (json.dumps(bindings, indent=2) + "\n").encode())
     has_tokenizer = any(n in TOKENIZER_FILES for n in kept)
+    folder = os.path.relpath(source.resolve(), target.resolve())
+    weights: str | list[str] = folder
+    if factors is not None:
+        save_safetensors({LONGROPE_PATH: factors}, target / ROPE_FACTORS_FILE)
+        weights = [folder, ROPE_FACTORS_FILE]
+    elif (target / ROPE_FACTORS_FILE).is_file():
+        (target / ROPE_FACTORS_FILE).unlink()  # from an earlier conversion into this card
     write_card(
         target,
         {
@@ -166,7 +183,7 @@ def _write(
             "source": "src/lib.linnet",
             "root": family.root,
             "entry": "forward",
-            "weights": os.path.relpath(source.resolve(), target.resolve()),
+            "weights": weights,
             "bindings": "bindings.json" if bindings else None,
             "tokenizer": "." if has_tokenizer else None,
         },

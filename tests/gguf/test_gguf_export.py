@@ -293,3 +293,244 @@ def test_llama_cpp_runs_our_gguf_like_linnet(family: str, outtype: str, tmp_path
     theirs = np.asarray(model.scores[:8])
     assert gap(theirs, ours) <= {"f32": 2e-3, "f16": 3e-2}[outtype]
     np.testing.assert_array_equal(theirs.argmax(-1), ours.argmax(-1))
+
+
+LLAMA3 = {
+    "RopeFactor": 8,
+    "RopeLowFreqFactor": 1,
+    "RopeHighFreqFactor": 4,
+    "RopeOriginalMaxSeq": 16,
+}
+
+
+def llama3_generics() -> dict[str, object]:
+    return {**case_generics("llama"), **LLAMA3}
+
+
+def test_llama3_rope_freqs_are_the_divisors_transformers_applies(tmp_path: Path) -> None:
+    """`rope_freqs.weight` holds, per frequency, default / llama3-scaled inverse frequency
+    (llama.cpp divides its default frequencies by it), against transformers' own
+    `_compute_llama3_parameters` on the same config."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    path = tmp_path / "llama3.gguf"
+    result = linnet.gguf.export(
+        fs.source("llama"), path, generics=llama3_generics(), weights=weights_of("llama"),
+        outtype="f32",
+    )  # fmt: skip
+    reader = gguf.GGUFReader(path)
+    stored = {t.name: np.asarray(t.data) for t in reader.tensors}
+    assert result.tensors == len(stored)
+    values = fs.CASES["llama"][1]
+    config = transformers.LlamaConfig(
+        hidden_size=values["H"], num_attention_heads=values["Heads"], head_dim=values["HeadDim"],
+        rope_parameters={
+            "rope_type": "llama3", "rope_theta": float(str(values["RopeTheta"])), "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+        },
+    )  # fmt: skip
+    scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
+    default, _ = ROPE_INIT_FUNCTIONS["linear"](  # factor 1: the default frequencies
+        transformers.LlamaConfig(
+            hidden_size=values["H"], num_attention_heads=values["Heads"],
+            head_dim=values["HeadDim"],
+            rope_parameters={
+                "rope_type": "linear", "factor": 1.0,
+                "rope_theta": float(str(values["RopeTheta"])),
+            },
+        ),
+        "cpu",
+    )  # fmt: skip
+    expected = (default / scaled).numpy()
+    np.testing.assert_allclose(stored["rope_freqs.weight"], expected, rtol=2e-6)
+    assert stored["rope_freqs.weight"].dtype == np.float32
+    assert (stored["rope_freqs.weight"] > 1).any() and (stored["rope_freqs.weight"] < 8).any()
+
+
+def test_llama3_scaling_of_other_families_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(LinnetError, match="reads the rope_freqs tensor only for llama"):
+        linnet.gguf.export(
+            fs.source("qwen2"), tmp_path / "q.gguf",
+            generics={**case_generics("qwen2"), **LLAMA3}, weights=weights_of("qwen2"),
+        )  # fmt: skip
+    assert not (tmp_path / "q.gguf").exists()
+
+
+def save_sentencepiece(folder: Path) -> Path:
+    """A tiny SentencePiece BPE model (60 pieces, `<|user|>` a special added token) with a
+    `tokenizer_config.json` naming bos/eos/unk, as a llama folder holds them."""
+    import io
+
+    spm = pytest.importorskip("sentencepiece")
+    corpus = [
+        "the quick brown fox jumps over the lazy dog",
+        "a linnet sings in the hedge at dawn",
+        "tensors flow through typed graphs",
+        "hello world this is a small corpus for a tiny model",
+    ] * 20
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus), model_writer=model, vocab_size=60, model_type="bpe",
+        character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        user_defined_symbols=["<|user|>"], minloglevel=2,
+    )  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tokenizer.model").write_bytes(model.getvalue())
+    settings = {
+        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+        "add_bos_token": True, "add_eos_token": False,
+        "added_tokens_decoder": {"3": {"content": "<|user|>", "special": True}},
+    }  # fmt: skip
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    return folder
+
+
+SENTENCES = ["the lazy fox", "a linnet sings at dawn", "hello world"]
+
+
+def test_sentencepiece_vocabulary_is_written_as_llama_cpp_converts_it(tmp_path: Path) -> None:
+    """Tokenizer model "llama", every piece with its score and type (unknown, control,
+    normal; padding unused up to the model's vocabulary), special ids and the bos flag;
+    transformers' GGUF tokenizer then encodes text as sentencepiece does."""
+    spm = pytest.importorskip("sentencepiece")
+    tok = save_sentencepiece(tmp_path / "tok")
+    path = tmp_path / "llama.gguf"
+    linnet.gguf.export(
+        fs.source("llama"), path, generics=case_generics("llama"), weights=weights_of("llama"),
+        outtype="f32", tokenizer=tok,
+    )  # fmt: skip
+    processor = spm.SentencePieceProcessor(model_file=str(tok / "tokenizer.model"))
+    reader = gguf.GGUFReader(path)
+
+    def field(key: str) -> list[Any]:
+        f = reader.fields[key]
+        if f.types[-1] == gguf.GGUFValueType.STRING:
+            return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+        return [f.parts[i].tolist()[0] for i in f.data]
+
+    vocab = int(str(fs.CASES["llama"][1]["Vocab"]))
+    assert field("tokenizer.ggml.model") == ["llama"]
+    assert field("tokenizer.ggml.pre") == ["default"]
+    tokens = field("tokenizer.ggml.tokens")
+    assert len(tokens) == vocab
+    pieces = [processor.IdToPiece(i) for i in range(processor.vocab_size())]
+    assert tokens[: len(pieces)] == pieces
+    assert tokens[len(pieces) :] == [f"[PAD{i}]" for i in range(len(pieces), vocab)]
+    scores = field("tokenizer.ggml.scores")
+    assert scores[5:60] == pytest.approx([processor.GetScore(i) for i in range(5, 60)])
+    types = field("tokenizer.ggml.token_type")
+    kinds = gguf.TokenType
+    assert types[:4] == [kinds.UNKNOWN, kinds.CONTROL, kinds.CONTROL, kinds.CONTROL]
+    assert set(types[4:60]) == {kinds.NORMAL} and set(types[60:]) == {kinds.UNUSED}
+    assert field("tokenizer.ggml.bos_token_id") == [1]
+    assert field("tokenizer.ggml.eos_token_id") == [2]
+    assert field("tokenizer.ggml.add_bos_token") == [True]
+    loaded = transformers.AutoTokenizer.from_pretrained(tmp_path, gguf_file=path.name)
+    for text in SENTENCES:
+        assert loaded(text).input_ids == [1, *processor.encode(text)]
+
+
+@pytest.mark.slow
+def test_llama_cpp_runs_llama3_scaling_with_a_sentencepiece_vocabulary(tmp_path: Path) -> None:
+    """llama.cpp on a llama3-scaled llama with a SentencePiece vocabulary: its tokens of
+    plain text are sentencepiece's, and its logits of a 24-token prompt (past the original
+    context of 16) equal linnet.torch's (2e-3, argmax equal), which differ from the
+    unscaled model's."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    spm = pytest.importorskip("sentencepiece")
+    tok = save_sentencepiece(tmp_path / "tok")
+    weights = weights_of("llama", seed=3)
+    path = tmp_path / "llama3.gguf"
+    linnet.gguf.export(
+        fs.source("llama"), path, generics=llama3_generics(), weights=weights, outtype="f32",
+        tokenizer=tok, name="linnet-test",
+    )  # fmt: skip
+    model = llama_cpp.Llama(
+        str(path), n_ctx=64, logits_all=True, verbose=False, n_threads=2, type_k=0, type_v=0
+    )
+    processor = spm.SentencePieceProcessor(model_file=str(tok / "tokenizer.model"))
+    for text in SENTENCES:
+        assert model.tokenize(text.encode(), add_bos=False) == processor.encode(text)
+    prompt = fs.tokens_of((1, 24), seed=12, vocab=60)
+    model.eval(prompt[0].tolist())
+    theirs = np.asarray(model.scores[:24])
+    ours = fs.linnet_logits(
+        linnet_torch.load(fs.source("llama"), generics=llama3_generics(), weights=weights), prompt
+    )[0]
+    assert gap(theirs, ours) <= 2e-3
+    np.testing.assert_array_equal(theirs.argmax(-1), ours.argmax(-1))
+    unscaled = fs.linnet_logits(linnet_model("llama", weights), prompt)[0]
+    assert gap(theirs, unscaled) > 1e-1
+
+
+SHORT_FACTORS = [1.0, 1.1, 1.25, 1.5]
+LONG_FACTORS = [2.0, 3.5, 7.0, 11.0]
+
+
+def longrope_case(original: int, positions: int) -> tuple[dict[str, object], dict[str, Any]]:
+    """Generics and weights of the phi3 example with longrope factors (the source's
+    `rope_factors` buffer), original context `original`, `positions` in all."""
+    weights = {
+        **weights_of("phi3", seed=5),
+        "rope_factors": np.asarray([SHORT_FACTORS, LONG_FACTORS], dtype=np.float32),
+    }
+    binds = {**case_generics("phi3"), "RopeOriginalMaxSeq": original}
+    return {**binds, "RopeMaxPositions": positions}, weights
+
+
+def test_phi3_longrope_is_written_as_the_converter_writes_it(tmp_path: Path) -> None:
+    """The factors as `rope_factors_long/short.weight` (f32), the context length, the
+    original context and the attention factor sqrt(1 + ln 4 / ln 16) as metadata."""
+    binds, weights = longrope_case(16, 64)
+    path = tmp_path / "phi3.gguf"
+    linnet.gguf.export(fs.source("phi3"), path, generics=binds, weights=weights, outtype="f16")
+    reader = gguf.GGUFReader(path)
+    stored = {t.name: np.asarray(t.data) for t in reader.tensors}
+    np.testing.assert_array_equal(stored["rope_factors_long.weight"], LONG_FACTORS)
+    np.testing.assert_array_equal(stored["rope_factors_short.weight"], np.float32(SHORT_FACTORS))
+    assert stored["rope_factors_long.weight"].dtype == np.float32
+    assert "rope_factors" not in stored
+
+    def value(key: str) -> Any:
+        field = reader.fields[key]
+        return field.parts[field.data[0]].tolist()[0]
+
+    assert value("phi3.context_length") == 64
+    assert value("phi3.rope.scaling.original_context_length") == 16
+    assert value("phi3.rope.scaling.attn_factor") == pytest.approx(
+        np.sqrt(1 + np.log(4) / np.log(16))
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("original", "n_ctx", "length", "factors"),
+    [(256, 256, 12, "short"), (16, 64, 24, "long")],
+)
+def test_llama_cpp_runs_phi3_longrope_like_linnet(
+    original: int, n_ctx: int, length: int, factors: str, tmp_path: Path
+) -> None:
+    """llama.cpp picks the long factors when its context (at least 256 in
+    llama-cpp-python) exceeds the original one, transformers and Linnet when the sequence
+    does; where both pick the same factors, llama.cpp's logits equal linnet.torch's."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    binds, weights = longrope_case(original, 4 * original)
+    binds["MaxSeq"] = 64
+    path = tmp_path / "phi3.gguf"
+    fs.save_tokenizer(tmp_path / "tok")
+    linnet.gguf.export(
+        fs.source("phi3"), path, generics=binds, weights=weights, outtype="f32",
+        tokenizer=tmp_path / "tok", name="linnet-test",
+    )  # fmt: skip
+    model = llama_cpp.Llama(
+        str(path), n_ctx=n_ctx, logits_all=True, verbose=False, n_threads=2, type_k=0, type_v=0
+    )
+    prompt = fs.tokens_of((1, length), seed=12)
+    model.eval(prompt[0].tolist())
+    theirs = np.asarray(model.scores[:length])
+    module = linnet_torch.load(fs.source("phi3"), generics=binds, weights=weights)
+    ours = fs.linnet_logits(module, prompt)[0]
+    assert (length > original) == (factors == "long")
+    assert gap(theirs, ours) <= 2e-3
+    np.testing.assert_array_equal(theirs.argmax(-1), ours.argmax(-1))

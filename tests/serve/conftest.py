@@ -1,25 +1,7 @@
-"""One torch thread while the serving tests run (restored after).
-
-The models here are tiny: a call takes a millisecond on one thread, while
-torch's default of one thread per core spins against every other process on
-a shared machine and makes each call hundreds of times slower.
-"""
+"""One torch thread while the serving tests run (`one_torch_thread`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from one_torch_thread import one_torch_thread
 
-import pytest
-
-
-@pytest.fixture(autouse=True, scope="package")
-def one_torch_thread() -> Iterator[None]:
-    try:
-        import torch
-    except ImportError:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+__all__ = ["one_torch_thread"]

@@ -1,12 +1,18 @@
-"""A `tokenizer.json` BPE vocabulary as GGUF tokenizer metadata (`tokenizer.ggml.*`).
+"""A tokenizer's vocabulary as GGUF tokenizer metadata (`tokenizer.ggml.*`).
 
 Stage: part of `linnet.gguf.export`. In: a tokenizer folder (or its
-`tokenizer.json`) and the model's vocabulary size. Out: the tokens by id, their
-types (normal, control for special added tokens, user-defined for other added
-tokens, unused for the padding llama.cpp's converter adds up to the model's
-vocabulary size), the merges, and the bos/eos/unk/pad ids that
-`tokenizer_config.json` names. Only BPE models are read; anything else is an
-error naming the model type. Nothing from the tokenizer is executed.
+`tokenizer.json`) and the model's vocabulary size. Out, for a `tokenizer.json`
+BPE model: the tokens by id, their types (normal, control for special added
+tokens, user-defined for other added tokens, unused for the padding llama.cpp's
+converter adds up to the model's vocabulary size), the merges, and the
+bos/eos/unk/pad ids that `tokenizer_config.json` names. A llama or phi3 folder
+with a SentencePiece `tokenizer.model` is written as llama.cpp's converter
+writes it (`_create_vocab_sentencepiece`): tokenizer model "llama", each
+piece's score and type (normal, unknown, control, unused, byte), the added
+tokens of `added_tokens.json` and `tokenizer_config.json`, and the special ids
+and flags of gguf's own `SpecialVocab`. Other tokenizer models are an error
+naming the type. Nothing from the tokenizer is executed (`tokenizer.model` is
+a protobuf read by the `sentencepiece` package).
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ def read_bpe(folder: Path) -> tuple[list[str], list[int], list[str]]:
     model = data.get("model") or {}
     if model.get("type") != "BPE":
         raise LinnetError(
-            f"tokenizer: {path}: a {model.get('type')!r} model; only BPE vocabularies go to GGUF"
+            f"tokenizer: {path}: a {model.get('type')!r} model; only BPE vocabularies go to "
+            "GGUF (and, for llama and phi3, a SentencePiece tokenizer.model)"
         )
     by_id: dict[int, tuple[str, int]] = {}
     for token, index in (model.get("vocab") or {}).items():
@@ -51,12 +58,121 @@ def read_bpe(folder: Path) -> tuple[list[str], list[int], list[str]]:
     return tokens, types, merges
 
 
+# Families whose llama.cpp converter reads a SentencePiece `tokenizer.model` first.
+SENTENCEPIECE_FAMILIES = ("llama", "phi3")
+
+
+def read_sentencepiece(folder: Path, vocab_size: int) -> tuple[list[str], list[float], list[int]]:
+    """(tokens, scores, GGUF token types) by id from `folder/tokenizer.model`, padded to
+    `vocab_size`, with the added tokens of `added_tokens.json` and of
+    `tokenizer_config.json`'s `added_tokens_decoder`, as the converter reads them."""
+    import gguf
+
+    try:
+        from sentencepiece import SentencePieceProcessor
+    except ImportError:
+        raise LinnetError(
+            "tokenizer: reading tokenizer.model needs the `sentencepiece` package "
+            "(pip install sentencepiece==0.2.3)"
+        ) from None
+    path = folder / "tokenizer.model"
+    processor = SentencePieceProcessor()
+    try:
+        processor.LoadFromFile(str(path))
+    except (OSError, RuntimeError) as exc:
+        raise LinnetError(f"tokenizer: {path}: not a SentencePiece model: {exc}") from None
+    size = processor.vocab_size()
+    if size > vocab_size:
+        raise LinnetError(
+            f"tokenizer: {path} has {size} pieces, more than the model's vocabulary ({vocab_size})"
+        )
+    kinds = gguf.TokenType
+    tokens = [f"[PAD{i}]" for i in range(vocab_size)]
+    scores = [-10000.0] * vocab_size
+    types = [int(kinds.UNUSED)] * vocab_size
+    for index in range(size):
+        kind = kinds.NORMAL
+        if processor.IsUnknown(index):
+            kind = kinds.UNKNOWN
+        elif processor.IsControl(index):
+            kind = kinds.CONTROL
+        elif processor.IsUnused(index):
+            kind = kinds.UNUSED
+        elif processor.IsByte(index):
+            kind = kinds.BYTE
+        tokens[index] = processor.IdToPiece(index)
+        scores[index] = processor.GetScore(index)
+        types[index] = int(kind)
+    for text, index in _json_object(folder / "added_tokens.json").items():
+        if isinstance(index, int) and 0 <= index < vocab_size:
+            tokens[index], scores[index], types[index] = text, -1000.0, int(kinds.USER_DEFINED)
+    decoder = _json_object(folder / "tokenizer_config.json").get("added_tokens_decoder") or {}
+    for key, entry in decoder.items() if isinstance(decoder, dict) else ():
+        index = int(key)
+        if not 0 <= index < vocab_size or not isinstance(entry, dict):
+            continue
+        text = str(entry.get("content"))
+        if entry.get("special") or _looks_special(text):
+            types[index] = int(kinds.CONTROL)
+        else:
+            text = text.replace("\u2581", " ")  # the converter pre-normalises spaces
+            types[index] = int(kinds.USER_DEFINED)
+        tokens[index], scores[index] = text, -1000.0
+    return tokens, scores, types
+
+
+def _looks_special(text: str) -> bool:
+    """The converter's `does_token_look_special`: added tokens that act as control tokens."""
+    return (
+        text in ("<pad>", "<mask>", "<2mass>", "[@BOS@]")
+        or (text.startswith("<|") and text.endswith("|>"))
+        or (text.startswith("<\uff5c") and text.endswith("\uff5c>"))
+        or (text.startswith("<unused") and text.endswith(">"))
+    )
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise LinnetError(f"tokenizer: {path}: {exc}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _add_sentencepiece(writer: Any, folder: Path, vocab_size: int) -> str | None:
+    import gguf
+
+    tokens, scores, types = read_sentencepiece(folder, vocab_size)
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    special = gguf.SpecialVocab(folder, n_vocab=len(tokens))
+    # SpecialVocab maps tokenizer_config's token strings to ids through tokenizer.json or
+    # config.json; a folder with neither still names them, and the pieces give their ids
+    settings = _json_object(folder / "tokenizer_config.json")
+    first = {token: index for index, token in reversed(list(enumerate(tokens)))}
+    for role in ("bos", "eos", "unk", "pad"):
+        token = settings.get(f"{role}_token")
+        token = token.get("content") if isinstance(token, dict) else token
+        if role not in special.special_token_ids and isinstance(token, str) and token in first:
+            special.special_token_ids[role] = first[token]
+    special.add_to_gguf(writer, quiet=True)
+    template = special.chat_template
+    return template if isinstance(template, str) else _chat_template(folder)
+
+
 def add_vocabulary(writer: Any, tokenizer: Path, vocab_size: int, family: str = "") -> str | None:
     """The tokenizer metadata, the vocabulary padded to `vocab_size` (or refused if larger);
     returns the chat template it found, if any."""
     import gguf
 
     folder = tokenizer_folder(tokenizer)
+    if family in SENTENCEPIECE_FAMILIES and (folder / "tokenizer.model").is_file():
+        return _add_sentencepiece(writer, folder, vocab_size)
     tokens, types, merges = read_bpe(folder)
     if len(tokens) > vocab_size:
         raise LinnetError(

@@ -14,6 +14,14 @@ What llama.cpp expects and the transformers names do not give:
   converter's `LlamaModel.permute`); qwen2, qwen3 and phi3 use the NEOX rope
   and keep their rows;
 - GPT-2's Conv1D weights `[in, out]` are stored transposed, `[out, in]`;
+- llama3 rope scaling (llama only, as the converter does it) is the extra f32
+  tensor `rope_freqs.weight` of per-frequency divisors (`llama3_rope_freqs`),
+  which llama.cpp's LLAMA graph applies to its default frequencies; phi3's
+  longrope factors (the source's `rope_factors` buffer) are the tensors
+  `rope_factors_short.weight`/`rope_factors_long.weight`, with the original
+  context length and the attention factor as metadata (llama.cpp picks the long
+  factors when its context exceeds the original one, transformers when the
+  sequence does);
 - outtypes as the converter writes them: 1-D tensors (norms, biases) stay f32;
   matrices become f16, bf16, q8_0 or q4_0 (a matrix whose rows do not split
   into 32-element blocks falls back to f16, as llama.cpp's converter does).
@@ -24,6 +32,7 @@ from shapes alone), into a temporary file renamed at the end (`linnet.atomic`).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +42,7 @@ import numpy as np
 
 from linnet.atomic import atomic_write
 from linnet.errors import LinnetError
+from linnet.hf.families import LONGROPE_PATH
 from linnet.hf.folder import BoundFamily, bind_family
 from linnet.records import record
 from linnet.weights.safetensors import release_mapped
@@ -98,12 +108,15 @@ def export(
     plan = [
         (path, _gguf_name(names, path))
         for path in bound.arrays
-        if not (bound.tied and path == bound.family.head)
+        if not (bound.tied and path == bound.family.head) and path != LONGROPE_PATH
     ]
+    extra = _extra_tensors(bound)
     for path, gname in plan:  # the header first, from shapes and types alone
         shape, qtype, dtype = _layout(bound, path, outtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         writer.add_tensor_info(gname, shape, dtype, nbytes, raw_dtype=qtype)
+    for gname, array in extra.items():
+        writer.add_tensor_info(gname, array.shape, array.dtype, array.nbytes)
     target.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(target, durable=False) as handle:
         # NOTE: the writer's own open() is bypassed so the file goes through linnet.atomic;
@@ -116,24 +129,82 @@ def export(
         for path, _ in plan:
             writer.write_tensor_data(_data(bound, path, outtype))
             release_mapped(bound.arrays[path])
+        for array in extra.values():
+            writer.write_tensor_data(array)
         handle.flush()
         writer.fout = None
     if modelfile:
         from linnet.gguf.modelfile import write_modelfile
 
         write_modelfile(target, template)
-    return GgufExported(target, bound.family.name, outtype, len(plan))
+    return GgufExported(target, bound.family.name, outtype, len(plan) + len(extra))
 
 
 def _refuse_unwritable(bound: BoundFamily) -> None:
     problems = []
-    if int(bound.generics.get("RopeFactor", 1)) != 1:
-        problems.append("llama3 rope scaling (RopeFactor > 1) is not written to GGUF yet")
+    if int(bound.generics.get("RopeFactor", 1)) != 1 and bound.family.name != "llama":
+        problems.append(
+            f"llama3 rope scaling (RopeFactor > 1) of a {bound.family.name} model: llama.cpp "
+            "reads the rope_freqs tensor only for llama"
+        )
     dtype = str(bound.generics.get("T", "f32"))
     if dtype not in ("f32", "f16", "bf16"):
         problems.append(f"T = {dtype} has no GGUF source type")
     if problems:
         raise LinnetError("cannot write GGUF: " + "; ".join(problems))
+
+
+def _extra_tensors(bound: BoundFamily) -> dict[str, np.ndarray]:
+    """Tensors llama.cpp needs that the checkpoint does not hold: `rope_freqs.weight` for
+    llama3 rope scaling."""
+    import gguf
+
+    g = bound.generics
+    factors = bound.arrays.get(LONGROPE_PATH)
+    if factors is not None:
+        rows = np.asarray(factors, dtype=np.float32)
+        return {
+            gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FACTORS_LONG] + ".weight": rows[1].copy(),
+            gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT] + ".weight": rows[0].copy(),
+        }
+    if bound.family.name != "llama" or int(g.get("RopeFactor", 1)) == 1:
+        return {}
+    name = gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight"
+    factors = llama3_rope_freqs(
+        int(g["HeadDim"]),
+        float(int(g["RopeTheta"])),
+        float(int(g["RopeFactor"])),
+        float(int(g["RopeLowFreqFactor"])),
+        float(int(g["RopeHighFreqFactor"])),
+        int(g["RopeOriginalMaxSeq"]),
+    )
+    return {name: factors}
+
+
+def llama3_rope_freqs(
+    dim: int, theta: float, factor: float, low: float, high: float, original: int
+) -> np.ndarray:
+    """The divisor of each default rotary frequency under llama3 scaling, f32 `[dim / 2]`,
+    as `convert_hf_to_gguf.py`'s `LlamaModel.generate_extra_tensors` computes it: 1 for
+    short wavelengths, `factor` for long ones, `1 / ((1 - smooth) / factor + smooth)`
+    between. The converter's arithmetic is torch's on 0-d f32 tensors, so every step
+    here is in f32 (the powers taken in f64 and rounded once, as torch's are)."""
+    f32 = np.float32
+    exponents = np.arange(0, dim, 2, dtype=f32) / f32(dim)
+    freqs = f32(1.0) / np.power(np.float64(theta), exponents.astype(np.float64)).astype(f32)
+    low_wavelen = original / low
+    high_wavelen = original / high
+    out: list[np.float32] = []
+    for freq in freqs:
+        wavelen = f32(2 * math.pi) / freq
+        if wavelen < high_wavelen:
+            out.append(f32(1.0))
+        elif wavelen > low_wavelen:
+            out.append(f32(factor))
+        else:
+            smooth = (f32(original) / wavelen - f32(low)) / f32(high - low)
+            out.append(f32(1.0) / ((f32(1.0) - smooth) / f32(factor) + smooth))
+    return np.asarray(out, dtype=f32)
 
 
 def _gguf_name(names: Any, path: str) -> str:
@@ -219,7 +290,16 @@ def _add_metadata(writer: Any, bound: BoundFamily, name: str, outtype: str) -> N
         writer.add_layer_norm_eps(eps)
         return
     head_dim = int(g["HeadDim"])
-    writer.add_context_length(int(g["MaxSeq"]))
+    if LONGROPE_PATH in bound.arrays:  # as the converter writes a longrope Phi-3
+        positions, original = int(g["RopeMaxPositions"]), int(g["RopeOriginalMaxSeq"])
+        writer.add_context_length(positions)
+        writer.add_rope_scaling_orig_ctx_len(original)
+        scale = positions / original
+        writer.add_rope_scaling_attn_factors(
+            math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1.0 else 1.0
+        )
+    else:
+        writer.add_context_length(int(g["MaxSeq"]))
     writer.add_head_count_kv(int(g["KvHeads"]))
     writer.add_layer_norm_rms_eps(eps)
     writer.add_rope_freq_base(float(int(g["RopeTheta"])))

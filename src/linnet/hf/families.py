@@ -14,6 +14,9 @@ Config values that are floats in `config.json` are integer generics of the
 sources (language.md 5.5 has no float generics): `rope_theta` as `RopeTheta`,
 an eps as `EpsInverse` (eps = 1 / EpsInverse) and the llama3 rope scaling
 factors. `Family.generics` refuses a value it cannot represent exactly.
+Phi-3's longrope factors are lists of floats: the phi3 source reads them from
+its optional buffer `rope_factors` (`longrope_factors` gives its value,
+`longrope_config` turns it back into the config's keys).
 
 The configs carry `rope_theta` both at the top level (transformers 4.x, which
 vLLM and SGLang pin) and in `rope_parameters` (transformers 5), and the dtype
@@ -26,10 +29,14 @@ from collections.abc import Callable, Mapping, Set
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
+
 from linnet.records import record
 
 JSON = dict[str, object]
 
+# The phi3 source's optional buffer of longrope factors (`[2, HeadDim / 2]` f32: short, long).
+LONGROPE_PATH = "rope_factors"
 TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64"}
 LINNET_DTYPES = {v: k for k, v in TORCH_DTYPES.items()}
 
@@ -150,6 +157,7 @@ def _decoder_generics(
     def generics(config: Mapping[str, object]) -> tuple[dict[str, object], list[str]]:
         reasons: list[str] = []
         out: dict[str, object] = {}
+        longrope = family == "phi3"
         for generic, key in _DECODER_SIZES.items():
             value = config.get(key)
             if key == "head_dim" and value is None:
@@ -170,7 +178,7 @@ def _decoder_generics(
         inverse = _inverse(config.get("rms_norm_eps", eps_default), "rms_norm_eps", reasons)
         if inverse is not None:
             out["EpsInverse"] = inverse
-        out.update(_rope_generics(config, theta_default, reasons))
+        out.update(_rope_generics(config, theta_default, reasons, longrope=longrope))
         dtype = config.get("dtype", config.get("torch_dtype", "float32"))
         out["T"] = LINNET_DTYPES.get(str(dtype), "f32")
         if config.get("hidden_act", "silu") != "silu":
@@ -203,20 +211,31 @@ def _integer(value: object, key: str, reasons: list[str]) -> int | None:
     return None
 
 
-def _rope_generics(
-    config: Mapping[str, object], theta_default: float, reasons: list[str]
-) -> dict[str, object]:
+def _rope_parameters(config: Mapping[str, object]) -> dict[str, object]:
+    """`rope_parameters` (transformers 5) over `rope_scaling` (4.x), as one mapping."""
     raw = config.get("rope_parameters") or config.get("rope_scaling") or {}
     parameters = dict(raw) if isinstance(raw, Mapping) else {}
     scaling = config.get("rope_scaling")
     if isinstance(scaling, Mapping):
         parameters = {**dict(scaling), **parameters}
+    return parameters
+
+
+def _rope_kind(parameters: Mapping[str, object]) -> object:
+    kind = parameters.get("rope_type", parameters.get("type", "default"))
+    return "longrope" if kind in ("su", "yarn_longrope") else kind
+
+
+def _rope_generics(
+    config: Mapping[str, object], theta_default: float, reasons: list[str], *, longrope: bool
+) -> dict[str, object]:
+    parameters = _rope_parameters(config)
     theta = parameters.get("rope_theta", config.get("rope_theta", theta_default))
     out: dict[str, object] = {}
     value = _integer(theta, "rope_theta", reasons)
     if value is not None:
         out["RopeTheta"] = value
-    kind = parameters.get("rope_type", parameters.get("type", "default"))
+    kind = _rope_kind(parameters)
     if parameters.get("partial_rotary_factor", 1.0) != 1.0:
         reasons.append(
             f"`partial_rotary_factor` {parameters['partial_rotary_factor']!r}: only 1.0 is modelled"
@@ -226,9 +245,103 @@ def _rope_generics(
             value = _integer(parameters.get(key), f"rope_parameters.{key}", reasons)
             if value is not None:
                 out[generic] = value
+    elif kind == "longrope" and longrope:
+        out.update(_longrope_generics(config, parameters, reasons))
     elif kind != "default":
-        reasons.append(f"rope scaling type {kind!r}: only the default rope and llama3 are modelled")
+        modelled = (
+            "the default rope, llama3 and longrope" if longrope else "the default rope and llama3"
+        )
+        reasons.append(f"rope scaling type {kind!r}: only {modelled} are modelled")
     return out
+
+
+def _longrope_generics(
+    config: Mapping[str, object], parameters: Mapping[str, object], reasons: list[str]
+) -> dict[str, object]:
+    """`RopeOriginalMaxSeq` and `RopeMaxPositions` of a longrope config, with the reasons
+    its factors cannot be reproduced (checked as transformers' `Phi3Config.validate_rope`)."""
+    out: dict[str, object] = {}
+    original = parameters.get(
+        "original_max_position_embeddings", config.get("original_max_position_embeddings")
+    )
+    value = _integer(original, "original_max_position_embeddings", reasons)
+    if value is not None:
+        out["RopeOriginalMaxSeq"] = value
+    positions = config.get("max_position_embeddings")
+    if isinstance(positions, int) and positions > 0:
+        out["RopeMaxPositions"] = positions
+    heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
+    head_dim = config.get("head_dim")
+    if not isinstance(head_dim, int) and isinstance(heads, int) and isinstance(hidden, int):
+        head_dim = hidden // heads if heads else None
+    for key in ("short_factor", "long_factor"):
+        factors = parameters.get(key)
+        numbers = isinstance(factors, list) and all(
+            isinstance(f, int | float) and not isinstance(f, bool) for f in factors
+        )
+        if not numbers:
+            reasons.append(f"`rope_parameters.{key}` is {factors!r}, not a list of numbers")
+        elif (
+            isinstance(head_dim, int)
+            and isinstance(factors, list)
+            and len(factors) != head_dim // 2
+        ):
+            reasons.append(
+                f"`rope_parameters.{key}` has {len(factors)} factors, not head_dim / 2 = {head_dim // 2}"
+            )
+    if isinstance(positions, int) and value is not None:
+        factor = parameters.get("factor")
+        if factor is not None and factor != positions / value:
+            reasons.append(
+                f"longrope `factor` {factor!r}: only max_position_embeddings / "
+                f"original_max_position_embeddings ({positions / value!r}) is modelled"
+            )
+        if parameters.get("attention_factor") is not None:
+            reasons.append(
+                f"longrope `attention_factor` {parameters['attention_factor']!r}: only the "
+                "default sqrt(1 + ln(factor) / ln(original_max_position_embeddings)) is modelled"
+            )
+    return out
+
+
+def longrope_factors(config: Mapping[str, object]) -> np.ndarray | None:
+    """The phi3 source's `rope_factors` buffer for a longrope `config` (f32 `[2, HeadDim / 2]`:
+    `short_factor`, then `long_factor`, rounded to f32 as transformers rounds them), or None."""
+    parameters = _rope_parameters(config)
+    if _rope_kind(parameters) != "longrope":
+        return None
+    rows = [parameters.get("short_factor"), parameters.get("long_factor")]
+    return np.asarray(rows, dtype=np.float32)
+
+
+def _shortest(row: np.ndarray) -> list[float]:
+    """Each f32 as the shortest decimal that rounds back to it (1.1, not 1.100000023841858)."""
+    return [float(str(value)) for value in np.asarray(row, dtype=np.float32)]
+
+
+def longrope_config(generics: Mapping[str, int | str], factors: np.ndarray) -> JSON:
+    """The config keys of a phi3 model with the `rope_factors` buffer `factors`:
+    `rope_parameters`/`rope_scaling` of type longrope and the two context lengths."""
+    original = int(generics["RopeOriginalMaxSeq"])
+    # transformers 4.x's Phi3Config wants exactly these three keys in `rope_scaling`.
+    scaling: JSON = {
+        "type": "longrope",
+        "short_factor": _shortest(factors[0]),
+        "long_factor": _shortest(factors[1]),
+    }
+    parameters: JSON = {
+        **scaling,
+        "rope_type": "longrope",
+        "rope_theta": float(int(generics["RopeTheta"])),
+        "partial_rotary_factor": 1.0,
+        "original_max_position_embeddings": original,
+    }
+    return {
+        "max_position_embeddings": int(generics["RopeMaxPositions"]),
+        "original_max_position_embeddings": original,
+        "rope_parameters": parameters,
+        "rope_scaling": scaling,
+    }
 
 
 def _llama_extra(bound: Set[str]) -> JSON:

@@ -11,7 +11,9 @@ The family (llama, qwen2, qwen3, phi3, gpt2) is recognised from the parameter
 paths, the generics and which optional tensors the weights hold
 (`linnet.hf.families`); a model of none of them is refused with each family's
 reasons. Tensors are written one at a time from the (memory-mapped) checkpoint,
-never all in memory, and every file goes through `linnet.atomic`.
+never all in memory, and every file goes through `linnet.atomic`; a tensor stored
+as it is written (same dtype, same bytes) is copied file to file by the kernel
+(`save_safetensors_streamed`), so an export costs about a file copy.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 
 from linnet.atomic import atomic_write, write_bytes
 from linnet.errors import LinnetError
-from linnet.hf.families import Family, recognise
+from linnet.hf.families import LONGROPE_PATH, Family, longrope_config, recognise
 from linnet.records import record
 
 MAX_SHARD_BYTES = 5_000_000_000  # transformers' default `max_shard_size="5GB"`
@@ -83,11 +85,14 @@ def export(
         source, generics=generics, weights=weights, bindings=bindings, root=root, std_root=std_root
     )
     family, values, tied = bound.family, bound.generics, bound.tied
-    names = [p for p in bound.arrays if not (tied and p == family.head)]
+    names = weight_paths(bound)
     tokens = special_token_ids(tokenizer)
     folder = Path(output)
     folder.mkdir(parents=True, exist_ok=True)
     config = {**family.config(values, tied, set(bound.arrays)), **tokens}
+    factors = bound.arrays.get(LONGROPE_PATH)
+    if factors is not None:  # phi3's longrope: lists in config.json, not a tensor
+        config.update(longrope_config(values, np.asarray(factors)))
     _write_json(folder / "config.json", config)
     _write_json(folder / "generation_config.json", {"_from_model_config": True, **tokens})
     files = _write_weights(folder, names, bound.arrays, max_shard_bytes)
@@ -137,6 +142,16 @@ def bind_family(
         or bound.arrays[family.head] is bound.arrays[family.embedding]
     )
     return BoundFamily(family, dict(bound.arrays), values, tied)
+
+
+def weight_paths(bound: BoundFamily) -> list[str]:
+    """The bound paths a checkpoint stores: all but a tied head and the longrope factors
+    (which config.json holds)."""
+    return [
+        p
+        for p in bound.arrays
+        if not (bound.tied and p == bound.family.head) and p != LONGROPE_PATH
+    ]
 
 
 def _checkpoint_source(weights: Any) -> Any:

@@ -22,7 +22,7 @@ Dtypes: `u16`/`u32`/`u64` tensors are held in wider signed storage (see
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -153,6 +153,7 @@ class LinnetModule(nn.Module):
         self._state_paths: list[str] = []
         self._prepared: dict[tuple[object, ...], Prepared] = {}
         self._latest: dict[str, Prepared] = {}
+        self._views: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
         # Paths bound to one stored tensor (tied weights, 12.9) share one torch tensor.
         shared: dict[int, torch.Tensor] = {}
         for path, t in model.live_tensors(self._present, "param").items():
@@ -308,7 +309,7 @@ class LinnetModule(nn.Module):
         tensors = [t for t, _, _ in converted]
         prepared = self.prepare(name, [t for _, t, _ in converted], generics)
         check_inputs(prepared.checks, [h for _, _, h in converted], owner)
-        weights = {p: self._get(p) for p in prepared.weights}
+        weights = {p: self._weight(p) for p in prepared.weights}
         state = {p: self._get(p) for p in prepared.state}
         results, updates = prepared.run(weights, state, tensors)
         for path, value in updates.items():
@@ -320,6 +321,30 @@ class LinnetModule(nn.Module):
         table, name = self._slots[path]
         value: torch.Tensor = table[name]
         return value
+
+    def _weight(self, path: str) -> torch.Tensor:
+        view = self._views.get(path)
+        return self._get(path) if view is None else view(self._get(path))
+
+    def set_weight_view(
+        self, path: str, view: Callable[[torch.Tensor], torch.Tensor] | None
+    ) -> None:
+        """Entries read the param at `path` as `view(param)` from now on (None: as stored).
+
+        How `linnet.train.lora` attaches adapters: the view runs on every call, so the
+        prepared entries (lowered IR, generated source) stay as they are. Only a trainable
+        module qualifies, since a frozen one hoists weight-only work out of its calls.
+        """
+        if path not in self._slots or path in self._state_paths:
+            raise LinnetError(f"the model has no param or buffer at `{path}`")
+        if not self._trainable:
+            raise LinnetError(
+                f"a view of `{path}` needs a trainable module: load it with trainable=True"
+            )
+        if view is None:
+            self._views.pop(path, None)
+        else:
+            self._views[path] = view
 
     def _signature(self, name: str) -> EntrySignature:
         found = self._bound.entries.get(name)

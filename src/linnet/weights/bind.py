@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from linnet.errors import InternalError, LinnetError
-from linnet.ir.convert import convert
 from linnet.progress import track
 from linnet.records import field, record
 from linnet.spelling import edit_distance
@@ -449,6 +448,8 @@ def _convert(
     array: np.ndarray, declared: str, path: str, name: str, problems: list[str]
 ) -> np.ndarray:
     """`cast_dtype`: floats round to nearest even; integers must fit exactly."""
+    from linnet.ir.convert import convert  # imports ml_dtypes, which only casts need
+
     target = NUMPY_DTYPES[declared]
     if declared in _INTEGERS:
         info = np.iinfo(target)  # type: ignore[type-var]

@@ -6,7 +6,9 @@ Stage: weights, between the file format (`safetensors`) and binding
 - a sharded checkpoint's index (`model.safetensors.index.json`, whose
   `weight_map` maps each tensor name to its shard file), or the folder holding it;
 - a folder without an index: every `*.safetensors` file in it;
-- a mapping of names to NumPy arrays already in memory.
+- a mapping of names to NumPy arrays already in memory;
+- a list or tuple of the above, read as one checkpoint (a model card holds the
+  folder's weights and, for longrope, a file of rope factors beside the card).
 Out: a `Checkpoint` whose `tensors` (name -> `StoredTensor`: dtype, shape,
 file) come from headers only; `load(name)` maps the bytes of one tensor.
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +64,13 @@ class Checkpoint:
         return self._loader(stored)
 
 
-CheckpointSource = Checkpoint | Mapping[str, np.ndarray] | str | os.PathLike[str]
+CheckpointSource = (
+    Checkpoint
+    | Mapping[str, np.ndarray]
+    | str
+    | os.PathLike[str]
+    | Sequence[Checkpoint | Mapping[str, np.ndarray] | str | os.PathLike[str]]
+)
 
 
 def open_checkpoint(source: CheckpointSource) -> Checkpoint:
@@ -71,6 +79,8 @@ def open_checkpoint(source: CheckpointSource) -> Checkpoint:
         return source
     if isinstance(source, Mapping):
         return _from_arrays(source)
+    if not isinstance(source, str | os.PathLike):
+        return _merged([open_checkpoint(part) for part in source])
     path = Path(source)
     if path.is_dir():
         index = path / INDEX_NAME
@@ -85,6 +95,31 @@ def open_checkpoint(source: CheckpointSource) -> Checkpoint:
     if path.name.endswith(".json"):
         return _from_index(path)
     return _from_files(str(path), path.parent, [path])
+
+
+def _merged(parts: list[Checkpoint]) -> Checkpoint:
+    """Several checkpoints as one; a name stored in two of them is an error naming both."""
+    if not parts:
+        raise LinnetError("weights: an empty list of checkpoints")
+    owner: dict[str, Checkpoint] = {}
+    duplicates: list[str] = []
+    for part in parts:
+        for name in part.tensors:
+            first = owner.get(name)
+            if first is not None:
+                duplicates.append(f"`{name}` is stored in both {first.label} and {part.label}")
+            else:
+                owner[name] = part
+    label = " + ".join(part.label for part in parts)
+    if duplicates:
+        raise LinnetError(
+            f"{label}: tensor names stored more than once:\n"
+            + "\n".join(f"  - {d}" for d in duplicates)
+        )
+    tensors = {name: part.tensors[name] for name, part in owner.items()}
+    return Checkpoint(
+        label, tensors, lambda stored: owner[stored.name].load(stored.name), parts[0].folder
+    )
 
 
 def _from_arrays(arrays: Mapping[str, np.ndarray]) -> Checkpoint:

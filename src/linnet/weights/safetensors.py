@@ -30,10 +30,10 @@ import mmap
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
-import ml_dtypes
 import numpy as np
 
 from linnet.atomic import atomic_write
@@ -58,22 +58,50 @@ ST_TO_LINNET: dict[str, str] = {
 }
 LINNET_TO_ST: dict[str, str] = {v: k for k, v in ST_TO_LINNET.items()}
 
+
+class _NumpyDtypes(Mapping[str, "np.dtype[np.generic]"]):
+    """Linnet dtype name -> NumPy dtype. bf16's comes from ml_dtypes, imported when bf16
+    is first asked for: the import costs about a second, which a checkpoint without
+    bf16 (and a file copy it is measured against) need not pay."""
+
+    def __init__(self, eager: Mapping[str, np.dtype[np.generic]]) -> None:
+        self._known = dict(eager)
+        self._names = (*eager, "bf16")
+
+    def __getitem__(self, name: str) -> np.dtype[np.generic]:
+        if name == "bf16" and name not in self._known:
+            import ml_dtypes
+
+            self._known[name] = np.dtype(ml_dtypes.bfloat16)
+        return self._known[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 # Linnet dtype name -> NumPy dtype (bf16 through ml_dtypes).
-NUMPY_DTYPES: dict[str, np.dtype[np.generic]] = {
-    "bool": np.dtype(np.bool_),
-    "i8": np.dtype(np.int8),
-    "i16": np.dtype(np.int16),
-    "i32": np.dtype(np.int32),
-    "i64": np.dtype(np.int64),
-    "u8": np.dtype(np.uint8),
-    "u16": np.dtype(np.uint16),
-    "u32": np.dtype(np.uint32),
-    "u64": np.dtype(np.uint64),
-    "f16": np.dtype(np.float16),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-    "f32": np.dtype(np.float32),
-    "f64": np.dtype(np.float64),
-}
+NUMPY_DTYPES: Mapping[str, np.dtype[np.generic]] = _NumpyDtypes(
+    {
+        "bool": np.dtype(np.bool_),
+        "i8": np.dtype(np.int8),
+        "i16": np.dtype(np.int16),
+        "i32": np.dtype(np.int32),
+        "i64": np.dtype(np.int64),
+        "u8": np.dtype(np.uint8),
+        "u16": np.dtype(np.uint16),
+        "u32": np.dtype(np.uint32),
+        "u64": np.dtype(np.uint64),
+        "f16": np.dtype(np.float16),
+        "f32": np.dtype(np.float32),
+        "f64": np.dtype(np.float64),
+    }
+)
 
 # Dtypes the format defines that Linnet has no type for: bits per element, so
 # their byte ranges can still be validated.
@@ -100,8 +128,9 @@ METADATA_KEY = "__metadata__"
 def linnet_dtype_of(array: np.ndarray) -> str:
     """The Linnet dtype name of a NumPy array, or a LinnetError if it has none."""
     native = array.dtype if array.dtype.isnative else array.dtype.newbyteorder("=")
-    for name, dtype in NUMPY_DTYPES.items():
-        if native == dtype:
+    for name in NUMPY_DTYPES:
+        # an array of bf16 has imported ml_dtypes already; others need not import it
+        if (name != "bf16" or "ml_dtypes" in sys.modules) and native == NUMPY_DTYPES[name]:
             return name
     raise LinnetError(f"arrays of NumPy dtype `{array.dtype}` have no Linnet dtype")
 
@@ -143,7 +172,7 @@ class SafeTensorsFile:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.tensors, self.metadata, self.data_start = _read_header(self.path)
-        self._map: mmap.mmap | None = None
+        self._map: _FileMap | None = None
 
     def load(self, name: str) -> np.ndarray:
         """The tensor `name` as a read-only array backed by the file's memory map."""
@@ -166,15 +195,40 @@ class SafeTensorsFile:
             array = array.view(unsigned).astype(unsigned.newbyteorder("=")).view(dtype)
         return array.reshape(stored.shape)
 
-    def _mapped(self) -> mmap.mmap:
+    def _mapped(self) -> _FileMap:
         if self._map is None:
             try:
                 with self.path.open("rb") as handle:
                     # The mapping outlives the descriptor; arrays keep it alive.
-                    self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+                    self._map = _FileMap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+                    self._map.path = self.path
             except OSError as error:
                 raise LinnetError(f"{self.path}: cannot map the file: {error}") from None
         return self._map
+
+
+class _FileMap(mmap.mmap):
+    """A read-only file mapping that remembers its file, so that a writer can copy an
+    unchanged tensor's bytes file to file (`file_range`) instead of through memory."""
+
+    path: Path
+
+
+def file_range(array: np.ndarray) -> tuple[Path, int] | None:
+    """(file, byte offset) of `array`'s bytes when it is a C-contiguous little-endian
+    view of a SafeTensors file's mapping (as `SafeTensorsFile.load` returns it), else None."""
+    base: object = array
+    while isinstance(base, np.ndarray | memoryview):
+        base = base.base if isinstance(base, np.ndarray) else base.obj
+    if not isinstance(base, _FileMap) or not array.flags.c_contiguous or array.size == 0:
+        return None
+    if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and sys.byteorder != "little"):
+        return None
+    start = np.frombuffer(base, dtype=np.uint8).ctypes.data
+    offset = int(array.ctypes.data) - int(start)
+    if offset < 0 or offset + array.nbytes > len(base):
+        return None
+    return base.path, offset
 
 
 def release_mapped(array: np.ndarray) -> None:
@@ -381,7 +435,9 @@ def save_safetensors_streamed(
 
     The layout is `save_safetensors`'s (largest element size first, then by name);
     the header is built from the declared dtypes and shapes, and each loaded
-    array must match them. Atomic (`linnet.atomic`); returns the data bytes written.
+    array must match them. An array that is a SafeTensors file's mapping (`file_range`)
+    is copied from that file by the kernel (`_FileCopier`), others are written from
+    memory. Atomic (`linnet.atomic`); returns the data bytes written.
     """
     target = Path(path)
     header: dict[str, object] = {}
@@ -399,7 +455,7 @@ def save_safetensors_streamed(
         offset += size
     encoded = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     encoded += b" " * (-(8 + len(encoded)) % 8)
-    with atomic_write(target, durable=False) as handle:
+    with atomic_write(target, durable=False) as handle, _FileCopier(handle) as copier:
         handle.write(len(encoded).to_bytes(8, "little"))
         handle.write(encoded)
         for name, dtype, shape in order:
@@ -411,11 +467,58 @@ def save_safetensors_streamed(
                     f"{target}: tensor `{name}` is {array.dtype} {list(array.shape)}, "
                     f"declared {dtype} {list(shape)}"
                 )
-            array = np.asarray(array, dtype=want, order="C")
-            if array.size:
-                handle.write(array.reshape(-1).view(np.uint8).data)
+            origin = file_range(array)
+            if origin is None or not copier.copy(origin[0], origin[1], array.nbytes):
+                array = np.asarray(array, dtype=want, order="C")
+                if array.size:
+                    handle.write(array.reshape(-1).view(np.uint8).data)
             release_mapped(loaded)
     return offset
+
+
+class _FileCopier:
+    """Copies byte ranges of source files onto the end of an open output, in the kernel
+    (`os.copy_file_range`: no pass through this process's memory, and a reflink where
+    the file system shares extents). `copy` returns False where that is not possible
+    (another OS, a file system without it), and the caller writes the bytes itself."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.sources: dict[Path, int] = {}
+        self.usable = hasattr(os, "copy_file_range")
+
+    def __enter__(self) -> _FileCopier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for descriptor in self.sources.values():
+            os.close(descriptor)
+
+    def copy(self, path: Path, offset: int, count: int) -> bool:
+        if not self.usable:
+            return False
+        source = self.sources.get(path)
+        if source is None:
+            source = self.sources[path] = os.open(path, os.O_RDONLY)
+        self.out.flush()
+        target = self.out.fileno()
+        position = os.lseek(target, 0, os.SEEK_CUR)
+        done = 0
+        try:
+            while done < count:
+                step = os.copy_file_range(source, target, count - done, offset + done)
+                if step == 0:
+                    raise OSError(f"{path}: ends before byte {offset + count}")
+                done += step
+        except OSError:
+            if done:  # undo the partial copy; the caller writes the whole tensor
+                os.lseek(target, position, os.SEEK_SET)
+                os.ftruncate(target, position)
+            self.usable = False
+            return False
+        finally:
+            self.out.seek(0, os.SEEK_END)  # the buffered writer's position, resynchronised
+        return True
 
 
 def _header_for(
