@@ -67,6 +67,8 @@ commands:
                                                    one model of a Triton Inference Server repository
   init [DIR]                                       create a package (linnet.toml, src/lib.linnet)
   convert FOLDER [-o DIR] [--context N]            a transformers folder -> a model card (nest.toml)
+  quantize WEIGHTS -o FILE --pattern GLOB... [--bits 4|8] [--group N] [--method rtn]
+          [--scale-dtype D]                        float checkpoint -> std.quant layouts
   spec-test [--std DIR] DIR                        run a conformance directory
   serve --source FILE --weights W --tokenizer DIR [--generics FILE.json] [--bind G=V]...
           [--backend torch|onnx] [--device D] [--host 127.0.0.1] [--port 8000]
@@ -202,6 +204,18 @@ COMMAND_HELP: dict[str, str] = {
     "every reason listed.\n\noptions:\n"
     "  -o, --output DIR  the card's folder (default: FOLDER-linnet beside it)\n"
     "  --context N       the KV cache length (default: the config's, at most 4096)\n",
+    "quantize": "usage: linnet quantize WEIGHTS -o FILE --pattern GLOB... [--bits 4|8] [--group N]\n"
+    "                       [--method rtn] [--scale-dtype f32|f16|bf16]\n\n"
+    "Quantise the linear weights of a float SafeTensors checkpoint (a file, a sharded\n"
+    "folder or its index) whose names match a glob into the tensors of std.quant's\n"
+    "Int4GroupLinear (bits 4) or Int8Linear (bits 8), round to nearest; every other tensor\n"
+    "is copied. The output is written atomically.\n\noptions:\n"
+    "  -o, --output FILE      the SafeTensors file to write\n"
+    "  --pattern GLOB         tensor names to quantise, e.g. '*_proj.weight' (repeatable)\n"
+    "  --bits 4|8             int4 groups or int8 rows (default: 4)\n"
+    "  --group N              inputs per int4 group (default: 128)\n"
+    "  --method rtn           the quantiser (default: rtn, round to nearest)\n"
+    "  --scale-dtype D        the int4 scales' dtype, the model's T (default: the weight's)\n",
     "serve": "usage: linnet serve --source FILE --weights W --tokenizer DIR [--generics FILE.json]\n"
     "                    [--bind G=V]... [--backend torch|onnx] [--device D] [--host HOST]\n"
     "                    [--port PORT] [--api-key KEY] [--name NAME] [--root BLOCK] [--std DIR]\n\n"
@@ -641,6 +655,39 @@ def _run_convert(invocation: Invocation) -> int:
     return EXIT_OK
 
 
+# -- quantize --------------------------------------------------------------------------
+
+
+def _run_quantize(invocation: Invocation) -> int:
+    from linnet.quant import quantize_checkpoint
+
+    if len(invocation.operands) != 1:
+        raise UsageError("`quantize` takes exactly one checkpoint")
+    output = invocation.values.get("-o", invocation.values.get("--output"))
+    if output is None:
+        raise UsageError("`quantize` needs -o FILE")
+    patterns = invocation.lists.get("--pattern", [])
+    if not patterns:
+        raise UsageError("`quantize` needs at least one --pattern GLOB")
+    numbers: dict[str, int] = {}
+    for option, default in (("--bits", "4"), ("--group", "128")):
+        text = invocation.values.get(option, default)
+        if not text.isdigit():
+            raise UsageError(f"`{option}` needs a positive integer")
+        numbers[option] = int(text)
+    done = quantize_checkpoint(
+        invocation.operands[0],
+        output,
+        patterns=patterns,
+        method=invocation.values.get("--method", "rtn"),
+        bits=numbers["--bits"],
+        group=numbers["--group"],
+        dtype=invocation.values.get("--scale-dtype"),
+    )
+    sys.stdout.write(f"quantised {len(done)} weights to int{numbers['--bits']}: {output}\n")
+    return EXIT_OK
+
+
 # -- spec-test -------------------------------------------------------------------------
 
 
@@ -800,6 +847,11 @@ _COMMANDS: dict[str, CommandSpec] = {
     ),
     "init": CommandSpec(_run_init),
     "convert": CommandSpec(_run_convert, valued=frozenset({"-o", "--output", "--context"})),
+    "quantize": CommandSpec(
+        _run_quantize,
+        valued=frozenset({"-o", "--output", "--bits", "--group", "--method", "--scale-dtype"}),
+        repeated=frozenset({"--pattern"}),
+    ),
     "spec-test": CommandSpec(_run_spec_test, valued=frozenset({"--std"})),
     "serve": CommandSpec(
         _run_serve,

@@ -18,6 +18,7 @@ use std.quant::{
     dequantize_int4_groups,
     dequantize_int8,
     linear_int4_groups,
+    linear_int8,
     take_inputs,
     unpack_int4,
     unpack_uint4,
@@ -28,6 +29,15 @@ pub entry int8<*S: Shape, N: Dim, T: Float>(
     scale: Tensor[*S; f32],
 ) -> Tensor[*S, N; T] {
     return dequantize_int8<S, N, T>(q, scale)
+}
+
+pub entry int8_linear<*S: Shape, In: Dim, Out: Dim>(
+    x: Tensor[*S, In; f32],
+    weight: Tensor[Out, In; i8],
+    scale: Tensor[Out; f32],
+    bias: Tensor[Out; f32],
+) -> (Tensor[*S, Out; f32], Tensor[*S, Out; f32]) {
+    return (linear_int8(x, weight, scale, none), linear_int8(x, weight, scale, some(bias)))
 }
 
 pub entry nibbles<R: Dim, H: Dim>(
@@ -155,6 +165,16 @@ def test_dequantize_int8_and_int4(std: StdCases, dtype: str) -> None:
     row_scale = rng.uniform(0.01, 1.0, 4).astype(np.float32)
     expected = unpack_signed(packed) * f64(row_scale)[:, None]
     std.expect("int4", [packed, row_scale], [expected], generics=generics, rtol=rtol, atol=0)
+
+
+def test_linear_int8_is_dequantise_then_matmul(std: StdCases) -> None:
+    rng = np.random.default_rng(218)
+    x = normal(rng, [2, 3, 16])
+    weight = rng.integers(-127, 128, (5, 16)).astype(np.int8)
+    scale = rng.uniform(0.001, 0.05, 5).astype(np.float32)
+    bias = normal(rng, [5])
+    plain = f64(x) @ (f64(weight) * f64(scale)[:, None]).T
+    std.expect("int8_linear", [x, weight, scale, bias], [plain, plain + f64(bias)], atol=1e-5)
 
 
 def test_dequantize_int4_groups(std: StdCases) -> None:

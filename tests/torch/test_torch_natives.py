@@ -32,6 +32,7 @@ use std.nn.cache::{write_at, write_span}
 use std.nn.linear::{linear}
 use std.nn.norm::{batch_norm, group_norm, layer_norm, rms_norm}
 use std.nn.softmax::{softmax}
+use std.quant::{linear_int4_groups, linear_int8}
 
 pub entry dense<*S: Shape, I: Dim, O: Dim, T: Float>(x: Tensor[*S, I; T], w: Tensor[O, I; T]) -> Tensor[*S, O; T] {
     return linear(x, w)
@@ -100,6 +101,22 @@ pub entry write_one<B: Dim, H: Dim, S: Dim, D: Dim>(
 ) -> Tensor[B, H, S, D; f32]
 where S > 0 {
     return write_at(cache, value, at)
+}
+
+pub entry int8_linear<*S: Shape, In: Dim, Out: Dim, T: Float>(
+    x: Tensor[*S, In; T], q: Tensor[Out, In; i8], scale: Tensor[Out; f32], bias: Tensor[Out; T],
+) -> (Tensor[*S, Out; T], Tensor[*S, Out; T]) {
+    return (linear_int8(x, q, scale, none), linear_int8(x, q, scale, some(bias)))
+}
+
+pub entry int4_linear<*S: Shape, Out: Dim, G: Dim, Half: Dim, T: Float>(
+    x: Tensor[*S, G * (2 * Half); T], packed: Tensor[Out, G, Half; u8], scale: Tensor[Out, G; T],
+    zero: Tensor[Out, G; u8], bias: Tensor[Out; T],
+) -> (Tensor[*S, Out; T], Tensor[*S, Out; T]) {
+    return (
+        linear_int4_groups(x, packed, scale, zero, none),
+        linear_int4_groups(x, packed, scale, zero, some(bias)),
+    )
 }
 
 pub entry masked<B: Dim, H: Dim, Hk: Dim, Q: Dim, K: Dim, D: Dim, T: Float>(
@@ -246,3 +263,35 @@ def test_batch_and_group_norm(program, dtype: str) -> None:  # type: ignore[no-u
 def test_relu(program, dtype: str) -> None:  # type: ignore[no-untyped-def]
     x = data(29, dtype, (4, 9), 3.0)
     run_case(program, "curves", [x], [dtype], "std.nn.activations::relu")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_quantised_linears_dequantise_once(program, dtype: str) -> None:  # type: ignore[no-untyped-def]
+    """The native (weight dequantised once and cached) equals the std body, also after the
+    packed weight changes in place (the cache follows the tensor's version)."""
+    import torch
+
+    from linnet.torch import natives_quant
+
+    rng = np.random.default_rng(31)
+    scale = 4.0 if dtype == "bf16" else 1.0
+    x, bias = data(40, dtype, (2, 3, 32)), data(41, dtype, (5,))
+    q = rng.integers(-128, 128, (5, 32)).astype(np.int8)
+    rows = rng.uniform(0.01, 0.05, 5).astype(np.float32)
+    run_case(program, "int8_linear", [x, q, rows, bias], [dtype, "i8", "f32", dtype],
+             "std.quant::linear_int8", scale)  # fmt: skip
+    packed = rng.integers(0, 256, (5, 2, 8)).astype(np.uint8)
+    groups = rng.uniform(0.01, 0.2, (5, 2)).astype(numpy_dtype(dtype))
+    zero = rng.integers(0, 16, (5, 2)).astype(np.uint8)
+    arrays = [x, packed, groups, zero, bias]
+    run_case(program, "int4_linear", arrays, [dtype, "u8", dtype, "u8", dtype],
+             "std.quant::linear_int4_groups", scale)  # fmt: skip
+    xt, pt, st, zt = (torch.from_numpy(a.astype(np.float32)) for a in (x, packed, groups, zero))
+    pt, zt = pt.to(torch.uint8), zt.to(torch.uint8)
+    first = natives_quant.linear_int4_groups(xt, pt, st, zt)
+    assert natives_quant.linear_int4_groups(xt, pt, st, zt).equal(first)
+    pt[0, 0, 0] ^= 0xFF
+    changed = natives_quant.linear_int4_groups(xt, pt, st, zt)
+    body = natives_quant.dequantize_int4_groups(pt, st, zt, torch.float32)
+    assert changed.equal(torch.nn.functional.linear(xt, body))
+    assert not changed.equal(first)

@@ -23,6 +23,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.norm::batch_norm` | `F.batch_norm(training=False)` on f32, cast to `T` |
 | `std.nn.norm::group_norm` | `F.group_norm` on f32 (no affine), cast to `T`, then the per-channel affine in `T` |
 | `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 |
+| `std.quant::linear_int8`, `linear_int4_groups` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.nn.cache::write_at` | `index_copy` of the one row (out of place) |
 | `std.nn.cache::write_span` at a constant position | the cache slices and the span, concatenated |
 | `std.nn.parallel::{all_reduce, all_gather, shared}`, when a tensor-parallel load marked them | collectives over the ranks (`linnet.torch.parallel`) |
@@ -51,6 +52,7 @@ import torch.nn.functional as F
 from linnet.ir.core import FLOAT_DTYPES, Op, TensorType
 from linnet.records import record
 from linnet.torch.dtypes import storage
+from linnet.torch.natives_quant import linear_int4_groups, linear_int8
 from linnet.torch.ops import Context, Kernel
 
 MASKED_SCORE = -1e30
@@ -118,6 +120,20 @@ def _linear_vector(
 
 
 linear_vector = _linear_vector
+
+
+def _find_quantised_linear(callee: str, kernel: Kernel, operands: tuple[int, int]) -> Finder:
+    """`std.quant` linears (`natives_quant`): a float `x` and `operands` operand counts
+    (without and with the bias)."""
+    name = callee.split("::")[1]
+
+    def find(op: Op, context: Context) -> Native | None:
+        x = op.operands[0].type
+        if len(op.operands) not in operands or x.dtype not in FLOAT_DTYPES or x.rank < 1:
+            return None
+        return Native(callee, kernel, lambda a: f"natives.{name}({', '.join(a)})")
+
+    return find
 
 
 # -- normalisation and elementwise ---------------------------------------------------------
@@ -482,6 +498,10 @@ FINDERS: dict[str, Finder] = {
     "std.nn.attention::grouped_attention": find_attention,
     "std.nn.cache::write_at": find_write_at,
     "std.nn.cache::write_span": find_write_span,
+    "std.quant::linear_int8": _find_quantised_linear("std.quant::linear_int8", linear_int8, (3, 4)),
+    "std.quant::linear_int4_groups": _find_quantised_linear(
+        "std.quant::linear_int4_groups", linear_int4_groups, (4, 5)
+    ),
 }
 
 

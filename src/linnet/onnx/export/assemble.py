@@ -106,6 +106,7 @@ def export_ir(
     natives: bool = True,
     gradients: Sequence[str] | None = None,
     dynamic: DynamicShapes | None = None,
+    int8_activations: bool = False,
 ) -> ExportedModel:
     """The ONNX model of a lowered function (see the module docstring).
 
@@ -119,6 +120,8 @@ def export_ir(
     is the output `loss`, the others `grad<N>` of the named paths or inputs, recorded
     as `linnet.gradient.grad<N>` in the metadata (language-extensions 6.2).
     `dynamic` (from `linnet.ir.dynamic.lower_dynamic`) leaves its generics symbolic.
+    `int8_activations` lets the fused weight-only kernels round activations to int8
+    (`fused_quant`; not the std bodies' f32 function).
     """
     check_extents(fn, _walk(fn.body))
     params, state = _sources(fn)
@@ -137,7 +140,13 @@ def export_ir(
     sources.update({("state", io.path or ""): io.name for io in state_io})
 
     em = Emitter(
-        RULES, provider=provider, fused=fused, natives=natives, sources=sources, dynamic=dynamic
+        RULES,
+        provider=provider,
+        fused=fused,
+        natives=natives,
+        sources=sources,
+        dynamic=dynamic,
+        int8_activations=int8_activations,
     )
     symbolic: dict[str, tuple[object, ...]] = {}
     for io, (_, value) in zip(inputs, fn.inputs, strict=True):

@@ -19,6 +19,8 @@ operands. Out: the result names, or None to inline the body instead.
 | `std.nn.norm::layer_norm` | ONNX `LayerNormalization`, `stash_type=1` (f32, f16); with `fused=True` for now | all |
 | `std.nn.rope::rope` | contrib `RotaryEmbedding` when the tables' halves are provably equal (`fused_rope`) | cpu (f32, f16) |
 | `std.nn.attention::{attention, grouped_attention}` | contrib `GroupQueryAttention` or `MultiHeadAttention` (`fused_attention`) | cpu (f32) |
+| `std.quant::linear_int4_groups` | contrib `MatMulNBits` (bits 4, `fused_quant`) | cpu (f32) |
+| `std.quant::linear_int8` | `MatMul` on the dequantised weight, folded at load; `MatMulNBits` (bits 8) with `int8_activations` (`fused_quant`) | cpu (f32) |
 
 A kernel is used only when every operand has the expected dtype and the
 attributes it needs (`eps`, `scale`) are compile-time constants. Fused models use a
@@ -40,6 +42,7 @@ from linnet.onnx.export.fused_native import (
     native_gelu_tanh,
     native_layer_norm,
 )
+from linnet.onnx.export.fused_quant import fuse_int4_groups, fuse_int8
 from linnet.onnx.export.fused_rope import fuse_rope
 from linnet.onnx.export.graph import Emitter
 
@@ -97,6 +100,8 @@ FUSED: dict[str, Finder] = {
     "std.nn.rope::rope": fuse_rope,
     "std.nn.attention::attention": fuse_attention,
     "std.nn.attention::grouped_attention": fuse_attention,
+    "std.quant::linear_int4_groups": fuse_int4_groups,
+    "std.quant::linear_int8": fuse_int8,
 }
 STANDARD = frozenset(
     {

@@ -149,8 +149,11 @@ class Emitter:
         natives: bool = True,
         sources: Mapping[tuple[str, str], str] | None = None,
         dynamic: DynamicShapes | None = None,
+        int8_activations: bool = False,
     ) -> None:
         self.rules = rules
+        # Weight-only quantised kernels may round activations to int8 (`fused_quant`).
+        self.int8_activations = int8_activations
         self.dynamic = dynamic
         # Per dynamic generic: the (graph input name, axis) it is read from.
         self.dim_inputs: dict[str, tuple[str, int]] = {}

@@ -31,11 +31,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import onnx
 import onnxruntime as ort  # type: ignore[import-untyped]
 
 from linnet.errors import InternalError, LinnetError
 from linnet.ir.core import TensorType
+from linnet.onnx.runtime.constants import add_memory_files, constant_weights
 from linnet.onnx.runtime.contract import Contract, dtypes_in
 from linnet.onnx.runtime.state import StateStore
 from linnet.onnx.runtime.values import Buffer, Device, Provider, provider_name
@@ -113,15 +115,15 @@ def create_session(
     device: Device,
     entry: str,
     options: ort.SessionOptions | None = None,
+    files: Mapping[str, np.ndarray] | None = None,
 ) -> ort.InferenceSession:
-    """An `InferenceSession` for `proto`; a bf16 graph the providers cannot run is a
+    """An `InferenceSession` for `proto` (whose in-memory initializer `files` are
+    `constants.constant_weights`'); a bf16 graph the providers cannot run is a
     `LinnetError` saying what to do instead."""
+    chosen = session_options(device, options)
+    add_memory_files(chosen, files or {})
     try:
-        return ort.InferenceSession(
-            proto.SerializeToString(),
-            session_options(device, options),
-            providers=list(providers),
-        )
+        return ort.InferenceSession(proto.SerializeToString(), chosen, providers=list(providers))
     except Exception as exc:  # onnxruntime raises its own capi exception classes
         text = str(exc)
         if "NOT_IMPLEMENTED" in text and "bf16" in dtypes_in(proto.graph):
@@ -156,10 +158,20 @@ class EntrySession:
         self.device = device
         self.cuda_graph = cuda_graph
         used = graph_providers(providers) if cuda_graph else list(providers)
-        self.session = create_session(proto, used, device, entry, options)
+        constant: dict[str, np.ndarray] = {}
+        if device.kind == "cpu":
+            proto, constant = constant_weights(proto, contract.weights, weights)
+        inputs = {v.name for v in proto.graph.input}
+        self.session = create_session(proto, used, device, entry, options, constant)
+        # The in-memory initializers' bytes: kept alive with the session.
+        self._constant_files = constant
+        self.constant_paths = frozenset(
+            p for name, p in contract.weights.items() if name not in inputs
+        )
         self.binding = self.session.io_binding()
         for name, path in contract.weights.items():
-            self.binding.bind_ortvalue_input(name, weights[path])
+            if name in inputs:
+                self.binding.bind_ortvalue_input(name, weights[path])
         self.runs = 0
         self._fixed: dict[str, Buffer] = {}
         self._graph_inputs: list[Buffer | None] = []
@@ -170,7 +182,10 @@ class EntrySession:
         return list(self.session.get_providers())
 
     def rebind_weight(self, path: str, value: ort.OrtValue) -> None:
-        """Bind `value` as the weight at `path` from the next run on."""
+        """Bind `value` as the weight at `path` from the next run on (a session holding
+        it as a constant, `constant_paths`, must be remade instead)."""
+        if path in self.constant_paths:
+            raise InternalError(f"weight `{path}` is a constant of this session; remake it")
         for name, bound in self.contract.weights.items():
             if bound == path:
                 self.binding.bind_ortvalue_input(name, value)

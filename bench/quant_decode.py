@@ -1,0 +1,229 @@
+"""Benchmark: batch-1 greedy decoding of f32, int8 and int4-group weights, side by side.
+
+One Llama (examples/01-llama; its quantised variants from
+examples/01-llama/quantised.py) with seeded random weights, TinyLlama-1.1B
+shaped by default (22 layers, H=2048, 32 heads, 4 KV heads), decodes
+greedily in one process, each precision through both backends:
+
+- `linnet.onnx.load_model`: int4 linears run as ONNX Runtime's `MatMulNBits`
+  on pre-packed weights, int8 ones on weights dequantised once at load (its
+  8-bit kernel has no fast f32 path); prefill, then `decode` with the argmax
+  in the graph and the token kept in ONNX Runtime. Both also run with
+  `int8_activations=True` (llama.cpp's Q4_0 / Q8_0 trade: `MatMulNBits` with
+  activations rounded to int8 per block, a different function);
+- `linnet.torch.load` (generated code): the quantised weights are
+  dequantised once at load and run as f32 `F.linear` (PyTorch's own
+  weight-only CPU kernels were slower than that here; see
+  `linnet/torch/natives_quant.py`), so its quantised rows read f32 bytes.
+
+The float checkpoint is quantised by `linnet.quant.quantize_checkpoint`
+(round to nearest; every projection and `lm_head`) before timing. Batch-1
+decoding reads every weight once per token (all but the embedding table), so
+tokens/s are capped by read bandwidth over bytes per token; the bandwidth is a
+NumPy probe in the same run (`bench/onnx_decode.py`'s). llama.cpp runs on
+GGUF files of the same weights when `llama_cpp` is importable; when it is
+not, its column is left out with a note (it is not built here).
+
+    .venv/bin/python bench/quant_decode.py [--shape tinyllama|medium|small] [--layers N]
+        [--group 128] [--new 32] [--rounds 2] [--no-torch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+EXAMPLE = ROOT / "examples" / "01-llama"
+SOURCE = EXAMPLE / "src" / "lib.linnet"
+TINYLLAMA = {"Vocab": 32000, "H": 2048, "Heads": 32, "KvHeads": 4, "Inner": 5632, "Layers": 22}
+MEDIUM = {"Vocab": 8192, "H": 1024, "Heads": 16, "KvHeads": 4, "Inner": 2816, "Layers": 4}
+SMALL = {"Vocab": 256, "H": 64, "Heads": 4, "KvHeads": 2, "Inner": 176, "Layers": 2}
+SHAPES = {"tinyllama": TINYLLAMA, "medium": MEDIUM, "small": SMALL}
+Array = np.ndarray[Any, Any]
+
+
+def _module(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def torch_decode(module: Any, prompt: Array, new: int) -> tuple[list[int], float]:
+    import torch
+
+    module.reset_state()
+    with torch.no_grad():
+        logits = module.run_entry("prefill", [torch.from_numpy(prompt), 0])
+        token = logits[:, -1].argmax(-1).to(torch.int32)
+        kept = [int(token[0])]
+        start = time.perf_counter()
+        for position in range(prompt.shape[1], prompt.shape[1] + new - 1):
+            token = module.run_entry("decode", [token, position]).argmax(-1).to(torch.int32)
+            kept.append(int(token[0]))
+        seconds = time.perf_counter() - start
+    return kept, seconds
+
+
+def progress(text: str) -> None:
+    print(f"# {time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
+
+
+def llama_cpp_note() -> str:
+    if importlib.util.find_spec("llama_cpp") is None:
+        return (
+            "llama.cpp: `llama_cpp` is not importable here (llama-cpp-python is not built), "
+            "so its f32 / Q8_0 / Q4_0 columns are left out"
+        )
+    return "llama.cpp: importable, but GGUF export of these layouts is not written yet: skipped"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--shape", choices=sorted(SHAPES), default="tinyllama",
+        help="tinyllama (1.1B), medium (61M: H=1024, 4 layers) or small (a smoke test)",
+    )  # fmt: skip
+    parser.add_argument("--layers", type=int, help="override the number of layers")
+    parser.add_argument("--group", type=int, help="int4 group size (default 128; 16 if --small)")
+    parser.add_argument("--prompt", type=int, default=16)
+    parser.add_argument("--new", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-torch", action="store_true", help="ONNX Runtime only")
+    args = parser.parse_args()
+    sizes = dict(SHAPES[args.shape])
+    if args.layers:
+        sizes["Layers"] = args.layers
+    group = args.group or (16 if args.shape == "small" else 128)
+    max_seq = args.prompt + args.new
+    generics = {**sizes, "Batch": 1, "MaxSeq": max_seq, "T": "f32"}
+
+    import torch
+
+    import linnet.onnx
+    import linnet.torch
+    from linnet.ir.core import TensorType
+    from linnet.quant import quantize_checkpoint
+    from linnet.weights import read_safetensors
+
+    decode_bench = _module("onnx_decode_bench", ROOT / "bench" / "onnx_decode.py")
+
+    def onnx_decode(model: Any, prompt: Array, new: int) -> tuple[list[int], float]:
+        """Greedy tokens and the seconds of the new - 1 decode steps (`onnx_decode.py`'s)."""
+        kept, _, seconds = decode_bench.linnet_generate(model, prompt, new)
+        return kept, seconds
+
+    make_weights = _module("llama_make_weights", EXAMPLE / "make_weights.py")
+    quantised = _module("llama_quantised", EXAMPLE / "quantised.py")
+
+    bandwidth = decode_bench.read_bandwidth()
+    start = time.perf_counter()
+    floats = make_weights.make_weights(generics, seed=0)
+    made_s = time.perf_counter() - start
+    folder = Path(tempfile.mkdtemp(prefix="quant-decode-"))
+    variants: dict[str, tuple[Path, Any]] = {"f32": (SOURCE, floats)}
+    quantise_s = {}
+    progress(f"weights made in {made_s:.1f} s; quantising")
+    for bits, name in ((8, "int8"), (4, f"int4-g{group}")):
+        source = folder / f"{name}.linnet"
+        source.write_text(quantised.quantised_source(bits, group))
+        start = time.perf_counter()
+        target = folder / f"{name}.safetensors"
+        quantize_checkpoint(floats, target, patterns=quantised.PATTERNS, bits=bits, group=group)
+        quantise_s[name] = time.perf_counter() - start
+        variants[name] = (source, read_safetensors(target))
+
+    prompt = np.random.default_rng(1).integers(0, sizes["Vocab"], (1, args.prompt))
+    prompt = prompt.astype(np.int32)
+    scalar = TensorType((), "i32")
+    steps = args.new - 1
+    rows: list[tuple[str, str, float, float]] = []  # backend, precision, seconds, bytes/token
+    tokens: dict[tuple[str, str], list[int]] = {}
+    embed = floats["model.embed_tokens.weight"].nbytes
+    for name, (source, weights) in variants.items():
+        cache = 2 * sizes["Layers"] * sizes["KvHeads"] * max_seq * (sizes["H"] // sizes["Heads"])
+        stored = sum(a.nbytes for a in weights.values()) - embed + 4 * cache
+        dense = sum(a.nbytes for a in floats.values()) - embed + 4 * cache
+        # ONNX Runtime reads int8 weights it dequantised at load, unless int8_activations
+        read = dense if name == "int8" else stored
+        progress(f"{name}: load_model and sessions")
+        model = linnet.onnx.load_model(source, generics=generics, weights=weights)
+        model.prepare("prefill", [TensorType(prompt.shape, "i32"), scalar], argmax=True)
+        model.prepare("decode", [TensorType((1,), "i32"), scalar], argmax=True)
+        runs: list[Callable[[], tuple[list[int], float]]] = [
+            lambda m=model: onnx_decode(m, prompt, args.new)
+        ]
+        labels = [("linnet.onnx (load_model)", read)]
+        if name != "f32":
+            progress(f"{name}: load_model(int8_activations=True) and sessions")
+            fast = linnet.onnx.load_model(
+                source, generics=generics, weights=weights, int8_activations=True
+            )
+            fast.prepare("prefill", [TensorType(prompt.shape, "i32"), scalar], argmax=True)
+            fast.prepare("decode", [TensorType((1,), "i32"), scalar], argmax=True)
+            runs.append(lambda m=fast: onnx_decode(m, prompt, args.new))
+            labels.append(("linnet.onnx, int8_activations", stored))
+        if not args.no_torch:
+            progress(f"{name}: linnet.torch.load")
+            module = linnet.torch.load(source, generics=generics, weights=weights, compile=True)
+            runs.append(lambda m=module: torch_decode(m, prompt, args.new))
+            labels.append(("linnet.torch", dense))
+        for run, (label, per_token) in zip(runs, labels, strict=True):
+            progress(f"{name}: {label} decoding")
+            kept, _ = run()  # warm-up (lowering, session creation, dequantise once)
+            seconds = statistics.median(run()[1] for _ in range(args.rounds))
+            rows.append((label, name, seconds, per_token))
+            tokens[(label, name)] = kept
+        del model
+
+    print(
+        f"# Llama {sizes}, batch 1, prompt {args.prompt}, {args.new} new tokens "
+        f"({steps} timed decode steps, median of {args.rounds}); {os.cpu_count()} cores, "
+        f"load average {decode_bench.load_average()}; torch {torch.__version__}"
+    )
+    print(
+        f"# read bandwidth (NumPy probe): {bandwidth / 1e9:.1f} GB/s; random weights made in "
+        f"{made_s:.1f} s; quantised (rtn, every projection and lm_head) in "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in quantise_s.items())
+    )
+    print("| path | weights | tokens/s | vs f32 | ms/token | MB/token | GB/s | of bandwidth |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    base = {label: seconds for label, name, seconds, _ in rows if name == "f32"}
+    onnx_f32 = base["linnet.onnx (load_model)"]
+    for label, name, seconds, per_token in rows:
+        rate = steps / seconds
+        print(
+            f"| {label} | {name} | {rate:.2f} | {base.get(label, onnx_f32) / seconds:.2f}x | "
+            f"{seconds / steps * 1e3:.1f} | {per_token / 1e6:.1f} | {rate * per_token / 1e9:.1f}"
+            f" | {rate * per_token / bandwidth:.0%} |"
+        )
+    reference = tokens[("linnet.onnx (load_model)", "f32")]
+    agree = ", ".join(
+        f"{label} {name} {sum(a == b for a, b in zip(kept, reference, strict=True))}/{args.new}"
+        for (label, name), kept in tokens.items()
+    )
+    print(f"# greedy tokens equal to linnet.onnx f32: {agree}")
+    print(
+        "# MB/token is what each path reads per step: linnet.torch (all precisions) and the "
+        "ONNX int8 row without int8_activations read f32 weights dequantised once at load"
+    )
+    print(f"# {llama_cpp_note()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""The Llama example with quantised linears: `lib.linnet` with `std.quant` blocks.
+
+`quantised_source(bits, group)` rewrites the example's source so that every
+projection (`q/k/v/o_proj`, `gate/up/down_proj`) and `lm_head` is an
+`Int4GroupLinear<In, Out, group, T>` (bits 4) or an `Int8Linear<In, Out, T>`
+(bits 8); the group's divisibility facts go into the `where` clauses of the
+blocks that hold them. The parameter paths stay transformers' names, so
+`linnet.quant.quantize_checkpoint` with `PATTERNS` turns the float checkpoint
+into one this source binds. Generated rather than copied: the model's code
+stays in one file.
+
+    python examples/01-llama/quantised.py OUT.linnet --bits 4 [--group 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "src" / "lib.linnet"
+PATTERNS = ("*_proj.weight", "lm_head.weight")
+"""The float tensors the quantised source reads in the std.quant layouts."""
+
+_HOLDERS = ("LlamaAttention", "LlamaDecoderLayer", "LlamaModel", "LlamaForCausalLM")
+_LINEAR = re.compile(r"(sub \w+: )Linear<([^,]+), ([^,]+), T>")
+
+
+def quantised_source(bits: int, group: int = 128, source: Path = SOURCE) -> str:
+    """The example's source with the linears of `bits` (4: groups of `group` inputs; 8: per row)."""
+    text = source.read_text()
+    if bits == 8:
+        block = "Int8Linear"
+        text = _LINEAR.sub(r"\1Int8Linear<\2, \3, T>", text)
+    elif bits == 4:
+        block = "Int4GroupLinear"
+        text = _LINEAR.sub(rf"\1Int4GroupLinear<\2, \3, {group}, T>", text)
+        facts = f"    H % {group} == 0,\n    Inner % {group} == 0,\n"
+        attention = f"    H % {group} == 0,\n    (Heads * HeadDim) % {group} == 0,\n"
+        for name in _HOLDERS:
+            extra = attention if name == "LlamaAttention" else facts
+            if name != "LlamaAttention":
+                extra += f"    (Heads * HeadDim) % {group} == 0,\n"
+            start = text.index(f"pub block {name}<")
+            at = text.index("\nwhere\n", start) + len("\nwhere\n")
+            text = text[:at] + extra + text[at:]
+        mlp = "pub block LlamaMlp<H: Dim, Inner: Dim, T: Float> {"
+        text = text.replace(
+            mlp,
+            "pub block LlamaMlp<H: Dim, Inner: Dim, T: Float>\n"
+            f"where\n    H % {group} == 0,\n    Inner % {group} == 0\n{{",
+        )
+    else:
+        raise ValueError(f"bits must be 4 or 8, not {bits}")
+    uses = "use std.nn.rope::{rope, rope_rows}\n"
+    return text.replace(uses, uses + f"use std.quant::{{{block}}}\n").replace(
+        "use std.nn.linear::{Linear}\n", ""
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("output", type=Path)
+    parser.add_argument("--bits", type=int, choices=(4, 8), default=4)
+    parser.add_argument("--group", type=int, default=128)
+    args = parser.parse_args(argv)
+    args.output.write_text(quantised_source(args.bits, args.group))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""`quantize_checkpoint`: a float SafeTensors checkpoint in, the `std.quant` layouts out.
+
+Stage: the user-facing side of `linnet.quant` (and `linnet quantize`). In: a
+checkpoint source (`linnet.weights.checkpoint`: a file, a sharded folder or
+index, or arrays in memory) and parameter-path globs. Out: one SafeTensors
+file in which every matched linear weight `<name>.weight` `[Out, In]` is
+replaced by the tensors of the `std.quant` block that reads it (stdlib.md
+section 20), under the paths that block declares:
+
+| bits | block | tensors |
+| --- | --- | --- |
+| 4 | `Int4GroupLinear<In, Out, group, T>` | `<name>.weight` u8 `[Out, In/group, group/2]`, `<name>.scale` `[Out, In/group]` (dtype `T`), `<name>.zero` u8 `[Out, In/group]` |
+| 8 | `Int8Linear<In, Out, T>` | `<name>.weight` i8 `[Out, In]`, `<name>.scale` f32 `[Out]` |
+
+Every other tensor (biases, norms, embeddings, unmatched weights) is copied
+unchanged, so a source that swaps `Linear` for the quantised block binds the
+file as it bound the float one. The quantisers are `linnet.quant.rtn`
+(round-to-nearest; the 4-bit one is ONNX Runtime's, bit for bit).
+
+Streamed: the output is written tensor by tensor from the memory-mapped
+input (`save_safetensors_streamed`), atomically; only the (small) quantised
+tensors of weights already read but not yet written are held in memory.
+Refused with a `LinnetError`, before anything is written: a pattern that
+matches no tensor, a matched tensor that is not a 2-D float `.weight`, a
+group that does not divide a row, an unknown method or bit width.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from linnet.errors import LinnetError
+from linnet.quant import rtn
+from linnet.weights.checkpoint import CheckpointSource, open_checkpoint
+from linnet.weights.safetensors import NUMPY_DTYPES, release_mapped, save_safetensors_streamed
+
+METHODS = ("rtn",)
+BITS = (4, 8)
+FLOATS = ("f16", "bf16", "f32", "f64")
+SCALE_DTYPES = ("f16", "bf16", "f32")
+
+Array = np.ndarray[Any, Any]
+
+
+def quantize_checkpoint(
+    weights: CheckpointSource,
+    output: str | os.PathLike[str],
+    *,
+    patterns: Sequence[str],
+    method: str = "rtn",
+    bits: int = 4,
+    group: int = 128,
+    dtype: str | None = None,
+) -> list[str]:
+    """Quantise the `.weight` tensors whose names match any glob in `patterns`; returns
+    the names of the weights quantised (see the module docstring).
+
+    `dtype` is the 4-bit scales' dtype (the block's `T`); by default the weight's
+    own float dtype (f64 weights give f32 scales). 8-bit scales are always f32.
+    """
+    if method not in METHODS:
+        raise LinnetError(f"quantize: unknown method `{method}` (known: {', '.join(METHODS)})")
+    if bits not in BITS:
+        raise LinnetError(f"quantize: bits must be 4 or 8, not {bits}")
+    if bits == 4 and (group <= 0 or group % 2):
+        raise LinnetError(f"quantize: the group must be a positive even size, not {group}")
+    if dtype is not None and dtype not in SCALE_DTYPES:
+        raise LinnetError(
+            f"quantize: the scale dtype must be one of {', '.join(SCALE_DTYPES)}, not `{dtype}`"
+        )
+    if not patterns:
+        raise LinnetError("quantize: no patterns given (globs over parameter paths)")
+    source = open_checkpoint(weights)
+    chosen = _matched(source.label, list(source.tensors), patterns)
+    layout: list[tuple[str, str, tuple[int, ...]]] = []
+    produced: dict[str, str] = {}  # output name -> the weight it comes from
+    for name, stored in source.tensors.items():
+        if name not in chosen:
+            if stored.linnet_dtype is None:
+                raise LinnetError(
+                    f"{source.label}: tensor `{name}` has dtype {stored.dtype}, which Linnet "
+                    "cannot copy; leave it out of the checkpoint"
+                )
+            layout.append((name, stored.linnet_dtype, stored.shape))
+            continue
+        kind = stored.linnet_dtype
+        if kind not in FLOATS or len(stored.shape) != 2:
+            raise LinnetError(
+                f"{source.label}: `{name}` matched {_which(name, patterns)} but is "
+                f"{stored.dtype} {list(stored.shape)}; only 2-D float linear weights [Out, In] "
+                "can be quantised"
+            )
+        out, width = stored.shape
+        prefix = name.removesuffix(".weight")
+        if bits == 8:
+            tensors = [("weight", "i8", (out, width)), ("scale", "f32", (out,))]
+        else:
+            if width % group:
+                raise LinnetError(
+                    f"{source.label}: `{name}` has {width} inputs per row, which the group "
+                    f"size {group} does not divide; pick a group that divides {width}"
+                )
+            scale = dtype or ("f32" if kind == "f64" else kind)
+            groups = width // group
+            tensors = [
+                ("weight", "u8", (out, groups, group // 2)),
+                ("scale", scale, (out, groups)),
+                ("zero", "u8", (out, groups)),
+            ]
+        for role, kind_out, shape in tensors:
+            target = f"{prefix}.{role}"
+            if target != name and target in source.tensors:
+                raise LinnetError(
+                    f"{source.label}: quantising `{name}` writes `{target}`, which the "
+                    "checkpoint already has"
+                )
+            produced[target] = name
+            layout.append((target, kind_out, shape))
+    pending: dict[str, Array] = {}
+
+    def load(target: str) -> Array:
+        name = produced.get(target)
+        if name is None:
+            return source.load(target)
+        if target not in pending:
+            prefix = name.removesuffix(".weight")
+            stored = source.load(name)
+            for key, value in _quantize(stored, bits, group, layout, prefix).items():
+                pending[f"{prefix}.{key}"] = value
+            release_mapped(stored)
+        return pending.pop(target)
+
+    metadata = {"linnet.quant": f"{method} int{bits}" + (f" group {group}" if bits == 4 else "")}
+    save_safetensors_streamed(Path(output), layout, load, metadata)
+    return sorted(chosen)
+
+
+def _quantize(
+    weight: Array,
+    bits: int,
+    group: int,
+    layout: list[tuple[str, str, tuple[int, ...]]],
+    prefix: str,
+) -> dict[str, Array]:
+    if bits == 8:
+        q, scale = rtn.int8_rows(weight)
+        return {"weight": q, "scale": scale}
+    packed, scale, zero = rtn.int4_groups(weight, group)
+    scale_dtype = next(kind for name, kind, _ in layout if name == f"{prefix}.scale")
+    return {"weight": packed, "scale": scale.astype(NUMPY_DTYPES[scale_dtype]), "zero": zero}
+
+
+def _matched(label: str, names: list[str], patterns: Sequence[str]) -> set[str]:
+    chosen: set[str] = set()
+    for pattern in patterns:
+        hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        if not hits:
+            raise LinnetError(
+                f"{label}: the pattern `{pattern}` matches no tensor (globs match whole "
+                "tensor names, e.g. `model.layers.*.self_attn.q_proj.weight`)"
+            )
+        for name in hits:
+            if not name.endswith(".weight"):
+                raise LinnetError(
+                    f"{label}: the pattern `{pattern}` matches `{name}`; only `<name>.weight` "
+                    "tensors of linear layers can be quantised"
+                )
+        chosen.update(hits)
+    return chosen
+
+
+def _which(name: str, patterns: Sequence[str]) -> str:
+    return next(f"`{p}`" for p in patterns if fnmatch.fnmatchcase(name, p))

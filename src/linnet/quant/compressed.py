@@ -1,0 +1,170 @@
+"""`import_compressed`: compressed-tensors `pack-quantized` int4 checkpoints to `Int4GroupLinear`.
+
+Stage: `linnet.quant`, beside `checkpoint`. In: a SafeTensors checkpoint
+written by compressed-tensors (llm-compressor's GPTQ / AWQ / RTN W4A16
+output, `"format": "pack-quantized"`): per linear `<name>.weight_packed`
+i32 `[Out, In/8]`, `<name>.weight_scale` `[Out, In/group]`,
+`<name>.weight_shape` `[Out, In]`, and `<name>.weight_zero_point` i32
+`[ceil(Out/8), In/group]` when asymmetric. Out: the same file with each
+such linear in the `Int4GroupLinear` layout (stdlib.md section 20) under
+`<name>.weight`, `.scale`, `.zero`; every other tensor copied.
+
+The layouts line up without arithmetic on the weights
+(compressed_tensors/compressors/pack_quantized/helpers.py): 4-bit values are
+packed densely, element `i` at bits `4i..4i+3` of the little-endian words, so
+the words' bytes are our bytes (element `2k` in the low nibble of byte `k`);
+each value is stored as `q + 8`, its signed value plus 8, which is our
+unsigned nibble. Its dequantisation is `(q - zp) * scale`, so our zero point
+is `zp + 8`: 8 for every group of a symmetric checkpoint, else the zero
+points' nibbles as stored (packed the same way, along `Out`, also plus 8). The scales are
+kept in their dtype (the block's `T`) unless `dtype` says otherwise. Checked
+against compressed-tensors' own `decompress` (tests/quant/test_compressed.py).
+
+Refused with a `LinnetError`, before anything is written: another bit width,
+an activation order (`weight_g_idx`), a group that does not divide a row or
+is odd, missing or misshapen companions.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from linnet.errors import LinnetError
+from linnet.weights.checkpoint import Checkpoint, CheckpointSource, open_checkpoint
+from linnet.weights.safetensors import NUMPY_DTYPES, release_mapped, save_safetensors_streamed
+
+Array = np.ndarray[Any, Any]
+PACKED = ".weight_packed"
+COMPANIONS = (".weight_scale", ".weight_shape", ".weight_zero_point")
+SCALE_DTYPES = ("f16", "bf16", "f32")
+
+
+def import_compressed(
+    weights: CheckpointSource, output: str | os.PathLike[str], *, dtype: str | None = None
+) -> list[str]:
+    """Convert every `pack-quantized` 4-bit linear (see the module docstring); returns their
+    names (`<name>` of `<name>.weight_packed`)."""
+    if dtype is not None and dtype not in SCALE_DTYPES:
+        raise LinnetError(
+            f"import: the scale dtype must be one of {', '.join(SCALE_DTYPES)}, not `{dtype}`"
+        )
+    source = open_checkpoint(weights)
+    prefixes = sorted(n.removesuffix(PACKED) for n in source.tensors if n.endswith(PACKED))
+    if not prefixes:
+        raise LinnetError(
+            f"{source.label}: no `*{PACKED}` tensors (not a pack-quantized checkpoint)"
+        )
+    layout: list[tuple[str, str, tuple[int, ...]]] = []
+    produced: dict[str, str] = {}
+    consumed: set[str] = set()
+    for prefix in prefixes:
+        out, width, groups, scale_dtype = _check(source, prefix)
+        for suffix in (PACKED, *COMPANIONS):
+            consumed.add(prefix + suffix)
+        for role, kind, shape in (
+            ("weight", "u8", (out, groups, width // groups // 2)),
+            ("scale", dtype or scale_dtype, (out, groups)),
+            ("zero", "u8", (out, groups)),
+        ):
+            target = f"{prefix}.{role}"
+            if target in source.tensors:
+                raise LinnetError(
+                    f"{source.label}: converting `{prefix}` writes `{target}`, which the "
+                    "checkpoint already has"
+                )
+            produced[target] = prefix
+            layout.append((target, kind, shape))
+    for name, stored in source.tensors.items():
+        if name in consumed:
+            continue
+        if stored.linnet_dtype is None:
+            raise LinnetError(
+                f"{source.label}: tensor `{name}` has dtype {stored.dtype}, which Linnet cannot copy"
+            )
+        layout.append((name, stored.linnet_dtype, stored.shape))
+    kinds = {name: kind for name, kind, _ in layout}
+    pending: dict[str, Array] = {}
+
+    def load(target: str) -> Array:
+        prefix = produced.get(target)
+        if prefix is None:
+            return source.load(target)
+        if target not in pending:
+            converted = _convert(source, prefix, kinds[f"{prefix}.scale"])
+            pending.update({f"{prefix}.{role}": value for role, value in converted.items()})
+        return pending.pop(target)
+
+    save_safetensors_streamed(Path(output), layout, load, {"linnet.quant": "pack-quantized int4"})
+    return prefixes
+
+
+def _check(source: Checkpoint, prefix: str) -> tuple[int, int, int, str]:
+    """(Out, In, groups, scale dtype) of one packed linear, or a LinnetError."""
+    tensors = source.tensors
+    for suffix in (".weight_scale", ".weight_shape"):
+        if prefix + suffix not in tensors:
+            raise LinnetError(f"{source.label}: `{prefix}{PACKED}` has no `{prefix}{suffix}`")
+    if prefix + ".weight_g_idx" in tensors:
+        raise LinnetError(
+            f"{source.label}: `{prefix}` has an activation order (`weight_g_idx`), which "
+            "import_compressed does not convert yet"
+        )
+    packed, scale = tensors[prefix + PACKED], tensors[prefix + ".weight_scale"]
+    shape = [int(v) for v in np.asarray(source.load(prefix + ".weight_shape")).reshape(-1)]
+    if len(shape) != 2 or packed.dtype != "I32" or len(packed.shape) != 2:
+        raise LinnetError(
+            f"{source.label}: `{prefix}{PACKED}` is {packed.dtype} {list(packed.shape)} for a "
+            f"weight of shape {shape}; only 2-D linears packed in int32 convert"
+        )
+    out, width = shape
+    if packed.shape != (out, width // 8) or width % 8:
+        raise LinnetError(
+            f"{source.label}: `{prefix}{PACKED}` has shape {list(packed.shape)}, not "
+            f"[{out}, {width} / 8]: only 4-bit weights with In a multiple of 8 convert"
+        )
+    kind = scale.linnet_dtype
+    if kind not in SCALE_DTYPES or len(scale.shape) != 2 or scale.shape[0] != out:
+        raise LinnetError(
+            f"{source.label}: `{prefix}.weight_scale` is {scale.dtype} {list(scale.shape)}, "
+            f"not [{out}, groups] in a float dtype"
+        )
+    groups = scale.shape[1]
+    if groups == 0 or width % groups or (width // groups) % 2:
+        raise LinnetError(
+            f"{source.label}: `{prefix}` has {groups} scale groups per row of {width}: the "
+            "group size must divide the row and be even"
+        )
+    zero = tensors.get(prefix + ".weight_zero_point")
+    if zero is not None and (zero.dtype != "I32" or zero.shape != ((out + 7) // 8, groups)):
+        raise LinnetError(
+            f"{source.label}: `{prefix}.weight_zero_point` is {zero.dtype} {list(zero.shape)}, "
+            f"not I32 [{(out + 7) // 8}, {groups}] (4-bit zero points packed along Out)"
+        )
+    return out, width, groups, kind
+
+
+def _convert(source: Checkpoint, prefix: str, scale_dtype: str) -> dict[str, Array]:
+    packed = source.load(prefix + PACKED)
+    out, words = packed.shape
+    scale = source.load(prefix + ".weight_scale")
+    groups = scale.shape[1]
+    nibbles = np.ascontiguousarray(packed).astype("<i4").view(np.uint8).reshape(out, words * 4)
+    weight = nibbles.reshape(out, groups, -1).copy()
+    release_mapped(packed)
+    if prefix + ".weight_zero_point" in source.tensors:
+        stored = source.load(prefix + ".weight_zero_point")
+        bytes_ = np.ascontiguousarray(stored.T).astype("<i4").view(np.uint8)  # [G, Out/2]
+        unpacked = np.stack([bytes_ & 15, bytes_ >> 4], axis=-1).reshape(groups, -1)
+        # stored as zp + 8 already (pack_to_int32 adds the offset): that is our zero point
+        zero = np.ascontiguousarray(unpacked[:, :out].T).astype(np.uint8)
+    else:
+        zero = np.full((out, groups), 8, np.uint8)
+    return {
+        "weight": weight,
+        "scale": np.asarray(scale).astype(NUMPY_DTYPES[scale_dtype]),
+        "zero": zero,
+    }
