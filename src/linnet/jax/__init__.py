@@ -12,6 +12,9 @@ Importing `linnet` never imports jax; importing `linnet.jax` does.
   of the weights, state kept on the device and donated to XLA between calls;
   `mesh=` shards weights and caches over several devices (XLA partitions).
 - `export_stablehlo(fn)`: the StableHLO text and contract of a lowered function.
+- `import_stablehlo(text, params, output=...)` and `export_linnet(fn, params,
+  example_inputs, output=...)`: StableHLO text, or a JAX function captured
+  with `jax.export`, back to checked Linnet source (`linnet.jax.importer`).
 
 Stateful entries are called `f(*inputs, state=mapping)` and return
 `(result, new_state)`. Numerics follow the shared contract (architecture.md
@@ -22,8 +25,18 @@ Linnet dtype is native to XLA; 64-bit dtypes run inside a scoped
 
 from __future__ import annotations
 
+from linnet.jax.importer.api import export_linnet, import_stablehlo
 from linnet.jax.load import LinnetJaxFunction, load, load_source
 from linnet.jax.model import JaxModel, load_model
 from linnet.jax.stablehlo import export_stablehlo
 
-__all__ = ["JaxModel", "LinnetJaxFunction", "export_stablehlo", "load", "load_model", "load_source"]
+__all__ = [
+    "JaxModel",
+    "LinnetJaxFunction",
+    "export_linnet",
+    "export_stablehlo",
+    "import_stablehlo",
+    "load",
+    "load_model",
+    "load_source",
+]
