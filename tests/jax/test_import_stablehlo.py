@@ -161,6 +161,20 @@ def test_cumsum_concat_slice_and_where(tmp_path: Path) -> None:
     check(fn, {"s": normal(4)}, (normal(5, 4),), tmp_path)
 
 
+def test_unrolled_scan_and_fori_loop(tmp_path: Path) -> None:
+    def scanned(p: Any, x: Any) -> Any:
+        step = lambda c, row: (c + row * p["w"], c * 2.0)  # noqa: E731
+        return lax.scan(step, jnp.zeros(4), x, unroll=True)
+
+    def looped(p: Any, x: Any) -> Any:
+        return lax.fori_loop(0, 3, lambda i, c: jnp.tanh(c * p["w"] + 1.0), x, unroll=True)
+
+    params = {"w": normal(4)}
+    check(scanned, params, (normal(3, 4),), tmp_path / "scan")
+    result = check(looped, params, (normal(3, 4),), tmp_path / "fori")
+    assert result.source.count("tanh(") == 3
+
+
 def test_loops_and_custom_calls_are_refused(tmp_path: Path) -> None:
     def fn(p: Any, x: Any) -> Any:
         total, _ = lax.scan(lambda c, row: (c + row * p["w"], None), jnp.zeros(4), x)
@@ -204,29 +218,46 @@ def compiled(text: str) -> Any:
     return client.compile_and_load(text, jax.devices("cpu")[:1])
 
 
-ROUND_TRIPS = {
+LLAMA_SIZES = [
+    "Vocab=11",
+    "H=8",
+    "Heads=2",
+    "KvHeads=1",
+    "Inner=16",
+    "Layers=2",
+    "Batch=1",
+    "MaxSeq=8",
+    "T=f32",
+    "B=2",
+    "S=5",
+]
+ATTENTION_SIZES = ["H=8", "Heads=2", "B=2", "S=5"]
+
+
+def binds(sizes: list[str]) -> list[str]:
+    return [a for size in sizes for a in ("--bind", size)]
+
+
+ROUND_TRIPS: dict[str, tuple[str, list[str], list[tuple[str, tuple[int, ...], Any]]]] = {
     "01-linear": (
-        ["--root", "Linear", "--bind", "In=4", "--bind", "Out=3", "--bind", "S=2,5"],
+        "01-linear",
+        ["--root", "Linear", *binds(["In=4", "Out=3", "S=2,5"])],
         [("x", (2, 5, 4), np.float32)],
     ),
     "03-tiny-transformer": (
-        [
-            "--bind",
-            "Vocab=11",
-            "--bind",
-            "H=8",
-            "--bind",
-            "Heads=2",
-            "--bind",
-            "Inner=16",
-            "--bind",
-            "Layers=2",
-            "--bind",
-            "B=2",
-            "--bind",
-            "S=5",
-        ],
+        "03-tiny-transformer",
+        binds(["Vocab=11", "H=8", "Heads=2", "Inner=16", "Layers=2", "B=2", "S=5"]),
         [("ids", (2, 5), np.int32)],
+    ),
+    "01-llama-forward": (
+        "01-llama",
+        ["--entry", "forward", *binds(LLAMA_SIZES)],
+        [("tokens", (2, 5), np.int32)],
+    ),
+    "02-attention-causal": (
+        "02-attention",
+        ["--entry", "causal", *binds(ATTENTION_SIZES)],
+        [("x", (2, 5, 8), np.float32)],
     ),
 }
 
@@ -235,8 +266,8 @@ ROUND_TRIPS = {
 def test_linnet_stablehlo_imports_back(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, example: str
 ) -> None:
-    argv, inputs = ROUND_TRIPS[example]
-    text = stablehlo_text(capsys, ROOT / "examples" / example / "src/lib.linnet", *argv)
+    folder, argv, inputs = ROUND_TRIPS[example]
+    text = stablehlo_text(capsys, ROOT / "examples" / folder / "src/lib.linnet", *argv)
     from linnet.jax.importer.mlir import parse_module
     from linnet.jax.stablehlo import parse_contract
 

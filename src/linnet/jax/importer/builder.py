@@ -18,6 +18,7 @@ spellings `softmax`, `layer_norm` and `rms_norm` recovery know.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -121,7 +122,10 @@ class Builder:
             return ref
         done = self._materialised.get(id(ref))
         if done is None:
-            done = self.emit("Expand", [ref.source, self.ints(ref.shape)], ref.dtype, ref.shape)
+            # Only unit axes added: the same elements, reshaped; otherwise a broadcast.
+            same = math.prod(self.shape(ref.source)) == math.prod(ref.shape)
+            op = "Reshape" if same else "Expand"
+            done = self.emit(op, [ref.source, self.ints(ref.shape)], ref.dtype, ref.shape)
             self._materialised[id(ref)] = done
         return done
 
