@@ -227,72 +227,104 @@ LLAMA_SIZES = [
     "Layers=2",
     "Batch=1",
     "MaxSeq=8",
-    "T=f32",
     "B=2",
     "S=5",
 ]
-ATTENTION_SIZES = ["H=8", "Heads=2", "B=2", "S=5"]
+CLIP_SIZES = [
+    "Vocab=11",
+    "TextH=4",
+    "TextHeads=2",
+    "TextInner=8",
+    "TextLayers=2",
+    "MaxPos=16",
+    "Channels=3",
+    "VisionH=4",
+    "VisionHeads=2",
+    "VisionInner=8",
+    "VisionLayers=2",
+    "Patch=2",
+    "Grid=2",
+    "Proj=4",
+]
+ENCODER_SIZES = ["Vocab=11", "H=8", "NumHeads=2", "Inner=16", "Layers=2", "B=2", "S=5"]
+VIT_SIZES = ["Channels=3", "H=8", "Heads=2", "Inner=16", "Layers=2", "Patch=2", "Grid=2", "B=2"]
 
 
 def binds(sizes: list[str]) -> list[str]:
     return [a for size in sizes for a in ("--bind", size)]
 
 
-ROUND_TRIPS: dict[str, tuple[str, list[str], list[tuple[str, tuple[int, ...], Any]]]] = {
-    "01-linear": (
-        "01-linear",
-        ["--root", "Linear", *binds(["In=4", "Out=3", "S=2,5"])],
-        [("x", (2, 5, 4), np.float32)],
+ROUND_TRIPS = {
+    "01-linear": ("01-linear", ["--root", "Linear", *binds(["In=4", "Out=3", "S=2,5"])]),
+    "01-llama": ("01-llama", ["--entry", "forward", *binds([*LLAMA_SIZES, "T=f32"])]),
+    "02-attention": (
+        "02-attention",
+        ["--entry", "causal", *binds(["H=8", "Heads=2", "B=2", "S=5"])],
     ),
     "03-tiny-transformer": (
         "03-tiny-transformer",
         binds(["Vocab=11", "H=8", "Heads=2", "Inner=16", "Layers=2", "B=2", "S=5"]),
-        [("ids", (2, 5), np.int32)],
     ),
-    "01-llama-forward": (
-        "01-llama",
-        ["--entry", "forward", *binds(LLAMA_SIZES)],
-        [("tokens", (2, 5), np.int32)],
+    "tiny": ("tiny", binds(["H=8", "Inner=16", "Depth=2", "Classes=3", "B=2"])),
+    "gpt2": (
+        "gpt2",
+        [
+            "--entry",
+            "forward",
+            *binds(
+                ["Batch=1", "Vocab=11", "H=8", "Heads=2", "Layers=2", "Positions=8", "B=2", "S=5"]
+            ),
+        ],
     ),
-    "02-attention-causal": (
-        "02-attention",
-        ["--entry", "causal", *binds(ATTENTION_SIZES)],
-        [("x", (2, 5, 8), np.float32)],
-    ),
+    "bert": ("bert", binds(ENCODER_SIZES)),
+    "vit": ("vit", ["--root", "ViTModel", *binds(VIT_SIZES)]),
+    "clip-text": ("clip", ["--entry", "encode_text", *binds([*CLIP_SIZES, "B=2", "S=5"])]),
+    "clip-image": ("clip", ["--entry", "encode_image", *binds([*CLIP_SIZES, "I=2"])]),
+    "phi3": ("phi3", ["--entry", "forward", *binds(LLAMA_SIZES)]),
+    "qwen2": ("qwen2", ["--entry", "forward", *binds(LLAMA_SIZES)]),
+    "qwen3": ("qwen3", ["--entry", "forward", *binds(LLAMA_SIZES)]),
 }
+
+
+def example_array(dtype: str | None, shape: tuple[int, ...]) -> np.ndarray:
+    if dtype in ("i32", "i64"):
+        return RNG.integers(0, 2, shape).astype(np.int32 if dtype == "i32" else np.int64)
+    return (0.3 * RNG.standard_normal(shape)).astype(np.float32)
 
 
 @pytest.mark.parametrize("example", sorted(ROUND_TRIPS))
 def test_linnet_stablehlo_imports_back(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, example: str
 ) -> None:
-    folder, argv, inputs = ROUND_TRIPS[example]
-    text = stablehlo_text(capsys, ROOT / "examples" / folder / "src/lib.linnet", *argv)
-    from linnet.jax.importer.mlir import parse_module
+    """Every example entry printed by `linnet stablehlo` imports back with its parameter
+    paths and equals the text itself compiled by XLA (1e-5)."""
+    from linnet.jax.dtypes import x64_scope
+    from linnet.jax.importer.mlir import functions, parse_module, tensor_type
     from linnet.jax.stablehlo import parse_contract
 
-    contract = parse_contract(parse_module(text))
-    main_fn = text.split("func.func public @main(", 1)[1].split(")", 1)[0]
-    types = [t.split(":")[1].strip() for t in main_fn.split(", %")]
-    params: dict[str, np.ndarray] = {}
-    for path, ty in zip(contract.params, types[len(contract.inputs) :], strict=True):
-        shape = tuple(int(d) for d in ty.removeprefix("tensor<").split("x")[:-1])
-        params[path] = (0.3 * RNG.standard_normal(shape)).astype(np.float32)
-    args = []
-    for _, shape, dtype in inputs:
-        args.append(
-            RNG.integers(0, 11, shape).astype(dtype)
-            if dtype == np.int32
-            else RNG.standard_normal(shape).astype(dtype)
-        )
+    folder, argv = ROUND_TRIPS[example]
+    text = stablehlo_text(capsys, ROOT / "examples" / folder / "src/lib.linnet", *argv)
+    module = parse_module(text)
+    contract = parse_contract(module)
+    formals = functions(module)["main"].regions[0].blocks[0].arguments
+    types = [tensor_type(a.type) for a in formals]
+    arrays = [example_array(*t) for t in types if t is not None]
+    args = arrays[: len(contract.inputs)]
+    params = dict(zip(contract.params, arrays[len(contract.inputs) :], strict=True))
     result = import_stablehlo(
         text, params, output=tmp_path / "model.linnet", weights=tmp_path / "weights"
     )
-    assert set(result.parameters) == set(contract.params)
-    assert all(path == stored for path, stored in result.parameters.items())
+    # Every float parameter binds by its path; an integer buffer (BERT's position ids)
+    # the source reads at fixed positions is folded into the source as constants.
+    floats = {p for p, a in params.items() if a.dtype == np.float32}
+    assert floats <= set(result.parameters.values()) <= set(contract.params)
+    assert all(
+        path == stored or result.bindings[path] == stored
+        for path, stored in result.parameters.items()
+    )
     assert result.entry == contract.entry
-    flat = [*args, *(params[p] for p in contract.params)]
-    expected = compiled(text).execute([jax.device_put(a) for a in flat])
+    with x64_scope(True):
+        expected = compiled(text).execute([jax.device_put(a) for a in arrays])
     got = run(result, tuple(args))
     for g, e in zip(got, expected[: contract.results], strict=True):
         np.testing.assert_allclose(g, np.asarray(e), rtol=1e-5, atol=1e-5)

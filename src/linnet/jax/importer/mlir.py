@@ -152,6 +152,8 @@ def location(op: Any) -> str:
     match = _FILE_LINE.search(str(op.location))
     if match is None:
         return ""
+    if match.group(1) == "-":  # text without locations: MLIR's own, in the text itself
+        return f"line {match.group(2)} of the text"
     return f"{match.group(1).rsplit('/', 1)[-1]}:{match.group(2)}"
 
 

@@ -476,10 +476,16 @@ def _gather(b: Builder, op: Any) -> list[Ref]:
     sizes = int_array(op.attributes["slice_sizes"])
     collapsed, starts = list(nums.collapsed_slice_dims), list(nums.start_index_map)
     batching = list(nums.operand_batching_dims)
+    vector = int(nums.index_vector_dim)
+    every_axis = list(range(len(xs)))
+    # One element per index vector (advanced indexing on every axis): `GatherND`.
+    elementwise_gather = collapsed == every_axis and starts == every_axis and set(sizes) <= {1}
+    last_vector = vector == len(ids) - 1 and not list(nums.offset_dims)
+    if elementwise_gather and not batching and last_vector and shape == ids[:-1]:
+        return [b.emit("GatherND", [x, idx], dtype, shape, {"batch_dims": 0})]
     if batching or len(starts) != 1 or collapsed != starts:
         raise Skip("a gather that is no lookup along one axis")
     axis = starts[0]
-    vector = int(nums.index_vector_dim)
     if vector == len(ids) - 1 and ids and ids[-1] == 1:
         batch = ids[:-1]
         idx = b.emit("Reshape", [idx, b.ints(batch)], b.dtype(idx), batch)
