@@ -27,6 +27,7 @@ import linnet.torch as lt  # noqa: E402
 from linnet.cli import main  # noqa: E402
 from linnet.errors import LinnetError  # noqa: E402
 from linnet.jax import export_linnet, import_stablehlo  # noqa: E402
+from linnet.jax.importer.api import flatten_params  # noqa: E402
 from linnet.sourcegen.finish import ImportResult  # noqa: E402
 from linnet.sourcegen.refusals import ImportRefusedError  # noqa: E402
 from linnet.weights import read_safetensors  # noqa: E402
@@ -68,15 +69,11 @@ def check(fn: Any, params: Any, inputs: tuple[Any, ...], folder: Path) -> Import
     if result.parameters:
         assert result.weights is not None
         saved = read_safetensors(result.weights)
-        leaves = dict(jax.tree_util.tree_flatten_with_path(params)[0])
-        by_path = {
-            ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path): leaf
-            for path, leaf in leaves.items()
-        }
+        by_path = flatten_params(params)
         for path, stored in result.parameters.items():
             # A path Linnet spells differently is bound through bindings.json.
             assert stored in by_path and (path == stored or result.bindings[path] == stored)
-            np.testing.assert_array_equal(saved[stored], np.asarray(by_path[path]))
+            np.testing.assert_array_equal(saved[stored], np.asarray(by_path[stored]))
     return result
 
 
@@ -159,6 +156,46 @@ def test_cumsum_concat_slice_and_where(tmp_path: Path) -> None:
         return jnp.where(y > 0, y * p["s"], -y), jnp.max(x, axis=0), x.T @ x
 
     check(fn, {"s": normal(4)}, (normal(5, 4),), tmp_path)
+
+
+def test_flax_nnx_mlp_and_transformer_block(tmp_path: Path) -> None:
+    nnx = pytest.importorskip("flax.nnx")
+
+    class Block(nnx.Module):  # type: ignore[misc]
+        def __init__(self, rngs: Any) -> None:
+            self.norm1 = nnx.LayerNorm(8, rngs=rngs)
+            self.attn = nnx.MultiHeadAttention(num_heads=2, in_features=8, decode=False, rngs=rngs)
+            self.norm2 = nnx.RMSNorm(8, rngs=rngs)
+            self.up = nnx.Linear(8, 16, rngs=rngs)
+            self.down = nnx.Linear(16, 8, rngs=rngs)
+
+        def __call__(self, x: Any) -> Any:
+            h = self.norm1(x)
+            mask = nnx.make_causal_mask(jnp.ones(x.shape[:2]))
+            x = x + self.attn(h, mask=mask)
+            return x + self.down(nnx.silu(self.up(self.norm2(x))))
+
+    class Mlp(nnx.Module):  # type: ignore[misc]
+        def __init__(self, rngs: Any) -> None:
+            self.fc1 = nnx.Linear(8, 16, rngs=rngs)
+            self.fc2 = nnx.Linear(16, 4, rngs=rngs)
+
+        def __call__(self, x: Any) -> Any:
+            return jax.nn.softmax(self.fc2(nnx.gelu(self.fc1(x))))
+
+    for name, model, x in (
+        ("mlp", Mlp(nnx.Rngs(0)), normal(2, 8)),
+        ("block", Block(nnx.Rngs(1)), normal(2, 5, 8)),
+    ):
+        graphdef, state = nnx.split(model)
+
+        def fn(p: Any, x: Any, graphdef: Any = graphdef) -> Any:
+            return nnx.merge(graphdef, p)(x)
+
+        result = check(fn, state, (x,), tmp_path / name)
+        # Variables bind by their module paths (`fc1.kernel`), not `fc1.kernel.value`.
+        assert "fc1.kernel" in result.parameters.values() or name == "block"
+        assert not any(p.endswith(".value") for p in result.parameters.values())
 
 
 def test_unrolled_scan_and_fori_loop(tmp_path: Path) -> None:

@@ -208,14 +208,16 @@ def export_linnet(
 
 
 def flatten_params(params: Any) -> dict[str, Any]:
-    """The leaves of a parameter pytree by dotted path, in JAX's flattening order."""
+    """The leaves of a parameter pytree by dotted path, in JAX's flattening order
+    (`{"layers": [{"w": ...}]}` -> `layers.0.w`; an `nnx.State`'s `fc1.kernel`)."""
     if params is None:
         return {}
     flat, _ = jax.tree_util.tree_flatten_with_path(params)
     out: dict[str, Any] = {}
     for path, leaf in flat:
-        parts = [_key_part(k) for k in path]
-        out[".".join(parts)] = leaf
+        # A Flax NNX variable's array is its `.value`: the path is the variable's.
+        keys = path[:-1] if path and getattr(path[-1], "name", None) == "value" else path
+        out[".".join(_key_part(k) for k in keys)] = leaf
     return out
 
 

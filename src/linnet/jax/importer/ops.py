@@ -313,9 +313,13 @@ def _keep_dims(b: Builder, src: str, keep: Shape) -> str:
 
 def _reshape(b: Builder, op: Any) -> list[Ref]:
     dtype, shape = result_type(op)
-    x = b.full(arg(b, op, 0))
-    if b.shape(x) == shape:
-        return [x]
+    ref = arg(b, op, 0)
+    src = b.broadcastable(ref)
+    have = b.shape(src)
+    if math.prod(have) == math.prod(shape) and (1,) * (len(shape) - len(have)) + have == shape:
+        # Leading unit axes only (`bias.reshape(1, -1)`): NumPy broadcasting reads it as is.
+        return [src if have == shape else Lazy(src, shape, dtype)]
+    x = b.full(ref)
     red = b.reductions.get(x)
     if red is not None and not red.keepdims:
         kept = tuple(1 if i in red.axes else d for i, d in enumerate(b.shape(red.x)))
