@@ -303,12 +303,41 @@ def _broadcast_in_dim(b: Builder, op: Any) -> list[Ref]:
 def _keep_dims(b: Builder, src: str, keep: Shape) -> str:
     """`src` reshaped to `keep` (the same elements, unit axes where broadcast adds them);
     a reduction's result becomes the same reduction with `keepdims`."""
-    red = b.reductions.get(src)
-    if red is not None and not red.keepdims:
-        kept = tuple(1 if i in red.axes else d for i, d in enumerate(b.shape(red.x)))
-        if kept == keep:
-            return b.reduce(red.op, red.x, red.axes, True)
+    kept = _rekeep(b, src, keep, 0)
+    if kept is not None:
+        return kept
     return b.emit("Reshape", [src, b.ints(keep)], b.dtype(src), keep)
+
+
+_POINTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sqrt", "Reciprocal", "Neg",
+              "Exp", "Log", "Abs", "Tanh", "Sigmoid", "Cast"}  # fmt: skip
+
+
+def _rekeep(b: Builder, name: str, keep: Shape, depth: int) -> str | None:
+    """`name` computed with its reductions' axes kept (`keep`), when it is a reduction or
+    a pointwise chain over one (`1 / sqrt(mean(x * x) + eps)`), else None: the form the
+    norm and softmax patterns know, rather than the chain and a reshape after it."""
+    red = b.reductions.get(name)
+    if red is not None:
+        kept = tuple(1 if i in red.axes else d for i, d in enumerate(b.shape(red.x)))
+        return (
+            b.reduce(red.op, red.x, red.axes, True) if kept == keep and not red.keepdims else None
+        )
+    node = b.producers.get(name)
+    if node is None or node.op not in _POINTWISE or depth > 16 or b.shape(name) == keep:
+        return None
+    inputs: list[str] = []
+    for i in node.inputs:
+        c = b.graph.constants.get(i)
+        if c is not None and c.size == 1:
+            inputs.append(i)
+            continue
+        kept_input = _rekeep(b, i, keep, depth + 1)
+        if kept_input is None:
+            return None
+        inputs.append(kept_input)
+    attrs = {k: v for k, v in node.attrs.items() if k != "_where"}
+    return b.emit(node.op, inputs, b.dtype(name), keep, attrs or None)
 
 
 def _reshape(b: Builder, op: Any) -> list[Ref]:
@@ -320,11 +349,10 @@ def _reshape(b: Builder, op: Any) -> list[Ref]:
         # Leading unit axes only (`bias.reshape(1, -1)`): NumPy broadcasting reads it as is.
         return [src if have == shape else Lazy(src, shape, dtype)]
     x = b.full(ref)
-    red = b.reductions.get(x)
-    if red is not None and not red.keepdims:
-        kept = tuple(1 if i in red.axes else d for i, d in enumerate(b.shape(red.x)))
-        if kept == shape:
-            return [b.reduce(red.op, red.x, red.axes, True)]
+    if [d for d in b.shape(x) if d != 1] == [d for d in shape if d != 1]:
+        kept = _rekeep(b, x, shape, 0)  # unit axes put back where a reduction removed them
+        if kept is not None:
+            return [kept]
     return [b.emit("Reshape", [x, b.ints(shape)], dtype, shape)]
 
 
@@ -397,6 +425,11 @@ def _dot_general(b: Builder, op: Any) -> list[Ref]:
     xs, ys = b.shape(x), b.shape(y)
     if b.dtype(x) != dtype or b.dtype(y) != dtype:
         raise Skip("a product whose operands and result differ in dtype")
+    if _sum_of_squares(op, lb, rb, lc, rc, len(xs)):
+        # `sum[c] x[.., c] * x[.., c]`, how a norm's mean square lowers: a reduction,
+        # so `/ n` reads as a mean and the RMS / layer norm patterns see it.
+        square = b.emit("Mul", [x, x], dtype, xs)
+        return [b.reduce("ReduceSum", square, lc, False)]
     k = len(lb)
     numpy_layout = (
         lb == list(range(k))
@@ -424,6 +457,15 @@ def _dot_general(b: Builder, op: Any) -> list[Ref]:
     out += [yl[j] for j in range(len(ys)) if j not in rb and j not in rc]
     equation = f"{''.join(xl)},{''.join(yl)}->{''.join(out)}"
     return [b.emit("Einsum", [x, y], dtype, shape, {"equation": equation})]
+
+
+def _sum_of_squares(
+    op: Any, lb: list[int], rb: list[int], lc: list[int], rc: list[int], rank: int
+) -> bool:
+    """A product of a tensor with itself over the same axes, batched over all others."""
+    if op.operands[0] != op.operands[1] or lb != rb or lc != rc:
+        return False
+    return lb == [i for i in range(rank) if i not in lc]
 
 
 _MONOIDS = {
