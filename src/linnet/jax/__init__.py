@@ -25,10 +25,29 @@ Linnet dtype is native to XLA; 64-bit dtypes run inside a scoped
 
 from __future__ import annotations
 
-from linnet.jax.importer.api import export_linnet, import_stablehlo
+from typing import Any
+
 from linnet.jax.load import LinnetJaxFunction, load, load_source
 from linnet.jax.model import JaxModel, load_model
 from linnet.jax.stablehlo import export_stablehlo
+
+
+def import_stablehlo(text: str, params: Any = None, **options: Any) -> Any:
+    """StableHLO text as Linnet source (`linnet.jax.importer.api.import_stablehlo`).
+
+    Imported on first use: the importer's translators live with the ONNX importer.
+    """
+    from linnet.jax.importer.api import import_stablehlo as run
+
+    return run(text, params, **options)
+
+
+def export_linnet(fn: Any, params: Any, example_inputs: Any, **options: Any) -> Any:
+    """A JAX function as Linnet source (`linnet.jax.importer.api.export_linnet`)."""
+    from linnet.jax.importer.api import export_linnet as run
+
+    return run(fn, params, example_inputs, **options)
+
 
 __all__ = [
     "JaxModel",
