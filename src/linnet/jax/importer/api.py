@@ -188,11 +188,12 @@ def export_linnet(
     The capture is `jax.export.export(jax.jit(fn))(params, *inputs)` at the
     example inputs' shapes and dtypes; see `import_stablehlo` for the rest.
     """
-    label = getattr(fn, "__name__", "the function")
+    name = str(getattr(fn, "__name__", ""))
+    label = f"`{name}`" if name.isidentifier() else "the function"
     try:
         exported = jax.export.export(jax.jit(fn))(params, *example_inputs)
     except Exception as exc:  # tracing runs the user's function; its error is theirs
-        raise LinnetError(f"cannot capture `{label}` with jax.export: {exc}") from None
+        raise LinnetError(f"cannot capture {label} with jax.export: {exc}") from None
     return import_stablehlo(
         exported.mlir_module(),
         params,
@@ -201,9 +202,9 @@ def export_linnet(
         input_names=input_names,
         module_name=module_name,
         root_name=root_name,
-        entry=entry or sanitize(label, "forward"),
+        entry=entry or sanitize(name if name.isidentifier() else "forward", "forward"),
         std_root=std_root,
-        label=f"`{label}`",
+        label=label,
     )
 
 
