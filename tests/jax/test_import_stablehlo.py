@@ -229,6 +229,16 @@ def test_loops_and_custom_calls_are_refused(tmp_path: Path) -> None:
     assert not folder.exists()
 
 
+def test_dynamic_shapes_are_refused(tmp_path: Path) -> None:
+    (batch,) = jax.export.symbolic_shape("b")
+    params = {"w": normal(4, 3)}
+    spec = jax.ShapeDtypeStruct((batch, 4), jnp.float32)
+    text = jax.export.export(jax.jit(lambda p, x: x @ p["w"]))(params, spec).mlir_module()
+    with pytest.raises(ImportRefusedError, match=r"input `\w+` has a dynamic shape"):
+        import_stablehlo(text, params, output=tmp_path / "m.linnet")
+    assert not (tmp_path / "m.linnet").exists()
+
+
 def test_bad_params_are_named(tmp_path: Path) -> None:
     text = jax.export.export(jax.jit(mlp))(mlp_params(), normal(1, 8)).mlir_module()
     wrong = mlp_params()

@@ -43,7 +43,7 @@ from linnet.sourcegen.finish import ImportResult, finish_import
 from linnet.sourcegen.graph import Node, TensorInfo
 from linnet.sourcegen.names import sanitize
 from linnet.sourcegen.patterns import drop_dead
-from linnet.sourcegen.refusals import refusal_error
+from linnet.sourcegen.refusals import ImportRefusedError, refusal_error
 from linnet.sourcegen.translate import Refusal
 
 __all__ = ["ImportResult", "export_linnet", "flatten_params", "import_stablehlo"]
@@ -119,10 +119,11 @@ def import_stablehlo(
     for formal, (kind, key) in zip(formals, order, strict=True):
         t = tensor_type(formal.type)
         if t is None or t[0] is None or DYNAMIC in t[1]:
-            what = f"parameter `{key}`" if kind == "param" else f"input {key}"
-            raise LinnetError(
-                f"{label}: {what} has the type {formal.type}, which Linnet lacks "
-                "(dynamic shapes are not imported)"
+            what = f"parameter `{key}`" if kind == "param" else f"input `{names[int(key)]}`"
+            why = "a dynamic shape" if t is not None and DYNAMIC in t[1] else "a type"
+            raise ImportRefusedError(
+                f"cannot import {label}: {what} has {why} Linnet cannot express "
+                f"({formal.type}); export at static shapes"
             )
         dtype, shape = t[0], t[1]
         assert dtype is not None
