@@ -2,8 +2,8 @@
 
 The corpus: plain `jax.numpy` functions (MLPs with parameter dicts, norms,
 softmax over any axis, attention with a causal mask, `vmap`, lookups, running
-sums, unrolled loops), Flax NNX modules, and functions the importer refuses
-(convolutions, `lax.scan` / `while_loop` loops, `argmax`, sorting). For each:
+sums, argmax, unrolled loops), Flax NNX modules, and functions the importer refuses
+(convolutions, `lax.scan` / `while_loop` loops, sorting). For each:
 
 - import: `export_linnet(fn, params, inputs, output=..., weights=DIR)`
   (jax.export, translation, formatting, the checker, source and weights);
@@ -118,6 +118,9 @@ def _plain_cases() -> dict[str, Callable[[], Case]]:
     def running_sum() -> Case:
         return (lambda p, x: jnp.cumsum(x, axis=1) - jnp.max(x, axis=0), {}, (normal(4, 6),))
 
+    def argmax() -> Case:
+        return (lambda p, x: (jnp.argmax(x, axis=-1), jnp.argmin(x, axis=0)), {}, (normal(3, 5),))
+
     def scan_unrolled() -> Case:
         p = {"w": normal(4)}
 
@@ -143,6 +146,7 @@ def _plain_cases() -> dict[str, Callable[[], Case]]:
         "vmap": vmapped,
         "lookup+mean": lookup_pool,
         "cumsum": running_sum,
+        "argmax/argmin": argmax,
         "scan unroll": scan_unrolled,
         "fori unroll": fori_unrolled,
     }
@@ -169,13 +173,10 @@ def _refused_cases() -> dict[str, Callable[[], Case]]:
             (np.abs(normal(3)) + 1.0,),
         )
 
-    def argmax() -> Case:
-        return (lambda p, x: jnp.argmax(x, axis=-1), {}, (normal(3, 5),))
-
     def sort() -> Case:
         return (lambda p, x: jnp.sort(x, axis=-1), {}, (normal(3, 5),))
 
-    return {"conv": conv, "scan": scan, "while_loop": while_loop, "argmax": argmax, "sort": sort}
+    return {"conv": conv, "scan": scan, "while_loop": while_loop, "sort": sort}
 
 
 def _flax_cases() -> dict[str, Callable[[], Case]]:

@@ -149,11 +149,12 @@ def test_vmapped_function_and_lookup(tmp_path: Path) -> None:
     assert "table[" in result.source  # the row gather reads as a lookup
 
 
-def test_cumsum_concat_slice_and_where(tmp_path: Path) -> None:
+def test_cumsum_concat_slice_where_and_argmax(tmp_path: Path) -> None:
     def fn(p: Any, x: Any) -> Any:
         c = jnp.cumsum(x, axis=1)
         y = jnp.concatenate([x[:, :2], c[:, 1:3]], axis=1)
-        return jnp.where(y > 0, y * p["s"], -y), jnp.max(x, axis=0), x.T @ x
+        best = jnp.argmax(x, axis=-1), jnp.argmin(x @ p["s"][:, None], axis=0)
+        return jnp.where(y > 0, y * p["s"], -y), jnp.max(x, axis=0), x.T @ x, *best
 
     check(fn, {"s": normal(4)}, (normal(5, 4),), tmp_path)
 

@@ -309,8 +309,24 @@ def _keep_dims(b: Builder, src: str, keep: Shape) -> str:
     return b.emit("Reshape", [src, b.ints(keep)], b.dtype(src), keep)
 
 
-_POINTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sqrt", "Reciprocal", "Neg",
-              "Exp", "Log", "Abs", "Tanh", "Sigmoid", "Cast"}  # fmt: skip
+_POINTWISE = {
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Max",
+    "Min",
+    "Sqrt",
+    "Reciprocal",
+    "Neg",
+    "Exp",
+    "Log",
+    "Abs",
+    "Tanh",
+    "Sigmoid",
+    "Cast",
+}
 
 
 def _rekeep(b: Builder, name: str, keep: Shape, depth: int) -> str | None:
@@ -488,9 +504,64 @@ def _monoid(body: Any) -> str:
     return str(inner.name)
 
 
+_ARG_BODY = [
+    "stablehlo.compare",
+    "stablehlo.compare",
+    "stablehlo.or",
+    "stablehlo.compare",
+    "stablehlo.compare",
+    "stablehlo.and",
+    "stablehlo.or",
+    "stablehlo.select",
+    "stablehlo.select",
+    "stablehlo.return",
+]
+"""The body `jnp.argmax` / `argmin` reduce with: (value, index) pairs, first index wins."""
+
+
+def _arg_reduce(b: Builder, op: Any) -> list[Ref]:
+    """`jnp.argmax` / `jnp.argmin`: a reduction of (x, iota) with the comparator JAX
+    writes, as `ArgMax` / `ArgMin` (the first extreme's index) and the extreme itself."""
+    body = op.regions[0].blocks[0]
+    ops = [o.operation for o in body.operations]
+    if [str(o.name) for o in ops] != _ARG_BODY:
+        raise Skip("a reduction of several tensors whose body is no argmax or argmin")
+    direction = shlo.ComparisonDirectionAttr(ops[0].attributes["comparison_direction"]).value
+    if direction not in ("GT", "LT") or len(op.operands) != 4:
+        raise Skip("a reduction of several tensors whose body is no argmax or argmin")
+    axes = int_array(op.attributes["dimensions"])
+    x, index = b.full(arg(b, op, 0)), arg(b, op, 1)
+    start = b.constant_of(arg(b, op, 3))
+    # The indices must count along the reduced axis from 0 (an iota), from an index of 0.
+    iota = b.constant_of(index)
+    rank = len(b.shape(x))
+    if len(axes) != 1 or iota is None or start is None or float(start.reshape(())) != 0:
+        raise Skip("an argmax whose indices are not positions along one axis")
+    axis = axes[0]
+    want = np.arange(b.shape(x)[axis]).reshape([-1 if i == axis else 1 for i in range(rank)])
+    if iota.shape != want.shape or not np.array_equal(iota, want):
+        raise Skip("an argmax whose indices are not positions along one axis")
+    peak_dtype, peak_shape = result_type(op, 0)
+    index_dtype, index_shape = result_type(op, 1)
+    onnx = "ArgMax" if direction == "GT" else "ArgMin"
+    reduce_op = "ReduceMax" if direction == "GT" else "ReduceMin"
+    peak = b.reduce(reduce_op, x, axes, False)
+    found = b.emit(onnx, [x], "i64", index_shape, {"axis": axis, "keepdims": 0})
+    if index_dtype != "i64":
+        assert index_dtype is not None
+        found = b.emit("Cast", [found], index_dtype, index_shape, {"to": onnx_dtype(index_dtype)})
+    b.notes.append(
+        f"recovered `{onnx.lower()}` from its reduction" + (f" at {b.where}" if b.where else "")
+    )
+    assert peak_dtype is not None and b.shape(peak) == peak_shape
+    return [peak, found]
+
+
 def _reduce(b: Builder, op: Any) -> list[Ref]:
+    if len(op.operands) == 4:
+        return _arg_reduce(b, op)
     if len(op.operands) != 2:
-        raise Skip("a reduction of several tensors at once (argmax, ...)")
+        raise Skip("a reduction of several tensors at once")
     dtype, shape = result_type(op)
     kind = _MONOIDS.get(_monoid(op.regions[0].blocks[0]))
     if kind is None:
