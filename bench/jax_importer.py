@@ -2,8 +2,8 @@
 
 The corpus: plain `jax.numpy` functions (MLPs with parameter dicts, norms,
 softmax over any axis, attention with a causal mask, `vmap`, lookups, running
-sums, argmax, unrolled loops), Flax NNX modules, and functions the importer refuses
-(convolutions, `lax.scan` / `while_loop` loops, sorting). For each:
+sums, argmax, convolutions, unrolled loops), Flax NNX modules, and functions the importer refuses
+(`lax.scan` / `while_loop` loops, sorting). For each:
 
 - import: `export_linnet(fn, params, inputs, output=..., weights=DIR)`
   (jax.export, translation, formatting, the checker, source and weights);
@@ -118,6 +118,12 @@ def _plain_cases() -> dict[str, Callable[[], Case]]:
     def running_sum() -> Case:
         return (lambda p, x: jnp.cumsum(x, axis=1) - jnp.max(x, axis=0), {}, (normal(4, 6),))
 
+    def conv() -> Case:
+        def fn(p: Any, x: Any) -> Any:
+            return lax.conv_general_dilated(x, p["k"], (1, 1), "SAME")
+
+        return fn, {"k": normal(4, 3, 3, 3)}, (normal(1, 3, 8, 8),)
+
     def argmax() -> Case:
         return (lambda p, x: (jnp.argmax(x, axis=-1), jnp.argmin(x, axis=0)), {}, (normal(3, 5),))
 
@@ -147,18 +153,13 @@ def _plain_cases() -> dict[str, Callable[[], Case]]:
         "lookup+mean": lookup_pool,
         "cumsum": running_sum,
         "argmax/argmin": argmax,
+        "conv": conv,
         "scan unroll": scan_unrolled,
         "fori unroll": fori_unrolled,
     }
 
 
 def _refused_cases() -> dict[str, Callable[[], Case]]:
-    def conv() -> Case:
-        def fn(p: Any, x: Any) -> Any:
-            return lax.conv_general_dilated(x, p["k"], (1, 1), "SAME")
-
-        return fn, {"k": normal(4, 3, 3, 3)}, (normal(1, 3, 8, 8),)
-
     def scan() -> Case:
         return (
             lambda p, x: lax.scan(lambda c, r: (c + r, c), jnp.zeros(4), x),
@@ -176,7 +177,7 @@ def _refused_cases() -> dict[str, Callable[[], Case]]:
     def sort() -> Case:
         return (lambda p, x: jnp.sort(x, axis=-1), {}, (normal(3, 5),))
 
-    return {"conv": conv, "scan": scan, "while_loop": while_loop, "sort": sort}
+    return {"scan": scan, "while_loop": while_loop, "sort": sort}
 
 
 def _flax_cases() -> dict[str, Callable[[], Case]]:

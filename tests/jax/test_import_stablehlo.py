@@ -199,6 +199,29 @@ def test_flax_nnx_mlp_and_transformer_block(tmp_path: Path) -> None:
         assert not any(p.endswith(".value") for p in result.parameters.values())
 
 
+def test_convolutions_in_any_layout(tmp_path: Path) -> None:
+    nnx = pytest.importorskip("flax.nnx")
+
+    class Cnn(nnx.Module):  # type: ignore[misc]
+        def __init__(self, rngs: Any) -> None:
+            self.c1 = nnx.Conv(3, 4, (3, 3), strides=2, rngs=rngs)
+            self.c2 = nnx.Conv(4, 4, (3, 3), padding="VALID", feature_group_count=2, rngs=rngs)
+
+        def __call__(self, x: Any) -> Any:
+            return self.c2(nnx.relu(self.c1(x))).mean(axis=(1, 2))
+
+    graphdef, state = nnx.split(Cnn(nnx.Rngs(0)))
+    result = check(
+        lambda p, x: nnx.merge(graphdef, p)(x), state, (normal(2, 9, 9, 3),), tmp_path / "nhwc"
+    )
+    assert "conv2d" in result.source
+
+    def dilated(p: Any, x: Any) -> Any:  # NCHW / OIHW, asymmetric padding, dilation
+        return lax.conv_general_dilated(x, p["k"], (1, 1), ((1, 1), (2, 0)), rhs_dilation=(2, 1))
+
+    check(dilated, {"k": normal(4, 3, 3, 3)}, (normal(1, 3, 8, 8),), tmp_path / "nchw")
+
+
 def test_unrolled_scan_and_fori_loop(tmp_path: Path) -> None:
     def scanned(p: Any, x: Any) -> Any:
         step = lambda c, row: (c + row * p["w"], c * 2.0)  # noqa: E731
@@ -334,8 +357,14 @@ ROUND_TRIPS = {
 }
 
 
-RECOVERED = {"01-llama": "rms_norm", "03-tiny-transformer": "rms_norm", "qwen3": "rms_norm",
-             "bert": "layer_norm", "gpt2": "layer_norm", "vit": "softmax"}  # fmt: skip
+RECOVERED = {
+    "01-llama": "rms_norm",
+    "03-tiny-transformer": "rms_norm",
+    "qwen3": "rms_norm",
+    "bert": "layer_norm",
+    "gpt2": "layer_norm",
+    "vit": "softmax",
+}
 """A std op each example's import must read back (the norms Linnet's lowering spells out)."""
 
 

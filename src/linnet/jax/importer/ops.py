@@ -484,6 +484,79 @@ def _sum_of_squares(
     return lb == [i for i in range(rank) if i not in lc]
 
 
+def _convolution(b: Builder, op: Any) -> list[Ref]:
+    """`lax.conv_general_dilated` (any layout: Flax's NHWC / HWIO too) as ONNX `Conv`
+    in NC+spatial / OI+spatial, with the transposes a layout other than that needs."""
+    dtype, shape = result_type(op)
+    nums = shlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+    attrs = op.attributes
+    x, w = b.full(arg(b, op, 0)), b.full(arg(b, op, 1))
+    spatial = len(b.shape(x)) - 2
+
+    def ints_or(name: str, default: int) -> list[int]:
+        return int_array(attrs[name]) if name in attrs else [default] * spatial
+
+    if any(v != 1 for v in ints_or("lhs_dilation", 1)):
+        raise Skip("a transposed convolution (input dilation)")
+    if "batch_group_count" in attrs and int(ir.IntegerAttr(attrs["batch_group_count"]).value) != 1:
+        raise Skip("a convolution with batch groups")
+    if "window_reversal" in attrs and "true" in str(attrs["window_reversal"]):
+        raise Skip("a convolution with a reversed window")
+    groups = (
+        int(ir.IntegerAttr(attrs["feature_group_count"]).value)
+        if "feature_group_count" in attrs
+        else 1
+    )
+    pads = (
+        dense_array(attrs["padding"]).reshape(-1, 2).tolist()
+        if "padding" in attrs
+        else [[0, 0]] * spatial
+    )
+    if min((v for pair in pads for v in pair), default=0) < 0:
+        raise Skip("a convolution with negative padding")
+    x_perm = [
+        int(nums.input_batch_dimension),
+        int(nums.input_feature_dimension),
+        *(int(d) for d in nums.input_spatial_dimensions),
+    ]
+    w_perm = [
+        int(nums.kernel_output_feature_dimension),
+        int(nums.kernel_input_feature_dimension),
+        *(int(d) for d in nums.kernel_spatial_dimensions),
+    ]
+    out_perm = [
+        int(nums.output_batch_dimension),
+        int(nums.output_feature_dimension),
+        *(int(d) for d in nums.output_spatial_dimensions),
+    ]
+    x = _permuted(b, x, x_perm)
+    w = _permuted(b, w, w_perm)
+    standard = tuple(shape[a] for a in out_perm)
+    conv = b.emit(
+        "Conv",
+        [x, w],
+        dtype,
+        standard,
+        {
+            "strides": ints_or("window_strides", 1),
+            "dilations": ints_or("rhs_dilation", 1),
+            "pads": [p[0] for p in pads] + [p[1] for p in pads],
+            "group": groups,
+        },
+    )
+    if out_perm == list(range(len(shape))):
+        return [conv]
+    inverse = [out_perm.index(i) for i in range(len(shape))]
+    return [b.emit("Transpose", [conv], dtype, shape, {"perm": inverse})]
+
+
+def _permuted(b: Builder, x: str, perm: list[int]) -> str:
+    if perm == list(range(len(perm))):
+        return x
+    shape = tuple(b.shape(x)[a] for a in perm)
+    return b.emit("Transpose", [x], b.dtype(x), shape, {"perm": perm})
+
+
 _MONOIDS = {
     "stablehlo.add": ("ReduceSum", "Add", 0.0),
     "stablehlo.maximum": ("ReduceMax", "Max", -math.inf),
@@ -689,6 +762,7 @@ OPS: dict[str, Handler] = {
     "stablehlo.pad": _pad,
     "stablehlo.optimization_barrier": _identity,
     "stablehlo.dot_general": _dot_general,
+    "stablehlo.convolution": _convolution,
     "stablehlo.reduce": _reduce,
     "stablehlo.gather": _gather,
     "stablehlo.reduce_window": _reduce_window,
