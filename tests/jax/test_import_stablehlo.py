@@ -199,7 +199,7 @@ def test_flax_nnx_mlp_and_transformer_block(tmp_path: Path) -> None:
         assert not any(p.endswith(".value") for p in result.parameters.values())
 
 
-def test_convolutions_in_any_layout(tmp_path: Path) -> None:
+def test_convolutions_and_pooling_in_any_layout(tmp_path: Path) -> None:
     nnx = pytest.importorskip("flax.nnx")
 
     class Cnn(nnx.Module):  # type: ignore[misc]
@@ -220,6 +220,16 @@ def test_convolutions_in_any_layout(tmp_path: Path) -> None:
         return lax.conv_general_dilated(x, p["k"], (1, 1), ((1, 1), (2, 0)), rhs_dilation=(2, 1))
 
     check(dilated, {"k": normal(4, 3, 3, 3)}, (normal(1, 3, 8, 8),), tmp_path / "nchw")
+
+    def pools(p: Any, x: Any) -> Any:  # reduce_window: max and sum pooling, NHWC
+        return (
+            nnx.max_pool(x, (2, 2), strides=(2, 2)),
+            nnx.avg_pool(x, (3, 3), strides=(1, 1)),
+            nnx.max_pool(x, (3, 3), strides=(2, 2), padding="SAME"),
+        )
+
+    result = check(pools, {}, (normal(2, 8, 8, 3),), tmp_path / "pool")
+    assert "max_pool2d" in result.source
 
 
 def test_unrolled_scan_and_fori_loop(tmp_path: Path) -> None:

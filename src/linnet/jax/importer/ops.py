@@ -692,30 +692,80 @@ def _gather(b: Builder, op: Any) -> list[Ref]:
 
 
 def _reduce_window(b: Builder, op: Any) -> list[Ref]:
-    """A running sum (`jnp.cumsum`): window the axis's length, padded before by one less."""
-    if len(op.operands) != 2 or _monoid(op.regions[0].blocks[0]) != "stablehlo.add":
-        raise Skip("a windowed reduction that is no running sum")
+    """A running sum (`jnp.cumsum`: the window the axis's length, padded before by one
+    less) as `CumSum`; a windowed max or sum over the spatial axes (`max_pool`,
+    `avg_pool`) as `MaxPool` / `AveragePool` (times the window for a sum)."""
+    monoid = _monoid(op.regions[0].blocks[0])
+    if len(op.operands) != 2 or monoid not in ("stablehlo.add", "stablehlo.maximum"):
+        raise Skip("a windowed reduction that is no running sum or pooling")
     dtype, shape = result_type(op)
     x = b.full(arg(b, op, 0))
     init = b.constant_of(arg(b, op, 1))
+    rank = len(shape)
     window = int_array(op.attributes["window_dimensions"])
-    for name in ("window_strides", "base_dilations", "window_dilations"):
-        if name in op.attributes and any(v != 1 for v in int_array(op.attributes[name])):
-            raise Skip(f"a windowed reduction with {name}")
+
+    def ints_or(name: str) -> list[int]:
+        return int_array(op.attributes[name]) if name in op.attributes else [1] * rank
+
+    strides = ints_or("window_strides")
+    if any(v != 1 for v in ints_or("base_dilations") + ints_or("window_dilations")):
+        raise Skip("a windowed reduction with dilations")
     pads = (
         dense_array(op.attributes["padding"]).reshape(-1, 2).tolist()
         if "padding" in op.attributes
-        else [[0, 0]] * len(shape)
+        else [[0, 0]] * rank
     )
+    identity = 0.0 if monoid == "stablehlo.add" else -math.inf
+    if init is None or float(init.reshape(())) != identity:
+        raise Skip("a windowed reduction from a value that is not its identity")
     axes = [i for i, w in enumerate(window) if w != 1]
-    if init is None or float(init.reshape(())) != 0.0 or len(axes) != 1:
-        raise Skip("a windowed reduction that is no running sum")
-    a = axes[0]
-    n = shape[a]
-    expected = [[n - 1, 0] if i == a else [0, 0] for i in range(len(shape))]
-    if window[a] != n or pads != expected or b.shape(x) != shape:
-        raise Skip("a windowed reduction that is no running sum")
-    return [b.emit("CumSum", [x, b.const(np.array(a, dtype=np.int64))], dtype, shape)]
+    if monoid == "stablehlo.add" and len(axes) == 1 and strides == [1] * rank:
+        a = axes[0]
+        n = shape[a]
+        expected = [[n - 1, 0] if i == a else [0, 0] for i in range(rank)]
+        if window[a] == n and pads == expected and b.shape(x) == shape:
+            return [b.emit("CumSum", [x, b.const(np.array(a, dtype=np.int64))], dtype, shape)]
+    return [_pool(b, x, monoid, window, strides, pads, dtype, shape)]
+
+
+def _pool(
+    b: Builder,
+    x: str,
+    monoid: str,
+    window: list[int],
+    strides: list[int],
+    pads: list[list[int]],
+    dtype: str | None,
+    shape: Shape,
+) -> str:
+    """Pooling over the axes the window spans; the first two it leaves alone are the
+    batch and channel axes of ONNX's layout (transposed there and back)."""
+    rank = len(shape)
+    still = [i for i in range(rank) if window[i] == 1 and strides[i] == 1 and pads[i] == [0, 0]]
+    if len(still) < 2 or rank < 3:
+        raise Skip("a windowed reduction with no batch and channel axes to pool over")
+    perm = still[:2] + [i for i in range(rank) if i not in still[:2]]
+    spatial = perm[2:]
+    if monoid == "stablehlo.add" and any(p != [0, 0] for p in pads):
+        raise Skip("a padded windowed sum")
+    xt = _permuted(b, x, perm)
+    out = tuple(shape[a] for a in perm)
+    attrs: dict[str, Any] = {
+        "kernel_shape": [window[a] for a in spatial],
+        "strides": [strides[a] for a in spatial],
+        "pads": [pads[a][0] for a in spatial] + [pads[a][1] for a in spatial],
+    }
+    if monoid == "stablehlo.maximum":
+        pooled = b.emit("MaxPool", [xt], dtype, out, attrs)
+    else:
+        mean = b.emit("AveragePool", [xt], dtype, out, attrs)
+        size = math.prod(attrs["kernel_shape"])
+        assert dtype is not None
+        pooled = b.emit("Mul", [mean, _scalar(b, float(size), dtype)], dtype, out)
+    if perm == list(range(rank)):
+        return pooled
+    inverse = [perm.index(i) for i in range(rank)]
+    return b.emit("Transpose", [pooled], dtype, shape, {"perm": inverse})
 
 
 OPS: dict[str, Handler] = {
