@@ -2,8 +2,9 @@
 
 The corpus: plain `jax.numpy` functions (MLPs with parameter dicts, norms,
 softmax over any axis, attention with a causal mask, `vmap`, lookups, running
-sums, argmax, convolutions, unrolled loops), Flax NNX modules, and functions the importer refuses
-(`lax.scan` / `while_loop` loops, sorting). For each:
+sums, argmax, convolutions, `scan` and `fori_loop`), Flax NNX modules, and
+functions the importer refuses (a `while_loop` whose condition depends on the
+data, sorting). For each:
 
 - import: `export_linnet(fn, params, inputs, output=..., weights=DIR)`
   (jax.export, translation, formatting, the checker, source and weights);
@@ -127,6 +128,14 @@ def _plain_cases() -> dict[str, Callable[[], Case]]:
     def argmax() -> Case:
         return (lambda p, x: (jnp.argmax(x, axis=-1), jnp.argmin(x, axis=0)), {}, (normal(3, 5),))
 
+    def scan() -> Case:
+        p = {"w": normal(4)}
+        return (
+            lambda p, x: lax.scan(lambda c, r: (c * p["w"] + r, c), jnp.zeros(4), x),
+            p,
+            (normal(5, 4),),
+        )
+
     def scan_unrolled() -> Case:
         p = {"w": normal(4)}
 
@@ -154,19 +163,13 @@ def _plain_cases() -> dict[str, Callable[[], Case]]:
         "cumsum": running_sum,
         "argmax/argmin": argmax,
         "conv": conv,
+        "scan": scan,
         "scan unroll": scan_unrolled,
         "fori unroll": fori_unrolled,
     }
 
 
 def _refused_cases() -> dict[str, Callable[[], Case]]:
-    def scan() -> Case:
-        return (
-            lambda p, x: lax.scan(lambda c, r: (c + r, c), jnp.zeros(4), x),
-            {},
-            (normal(5, 4),),
-        )
-
     def while_loop() -> Case:
         return (
             lambda p, x: lax.while_loop(lambda c: c.sum() < 100.0, lambda c: c * 2.0, x),
@@ -177,7 +180,7 @@ def _refused_cases() -> dict[str, Callable[[], Case]]:
     def sort() -> Case:
         return (lambda p, x: jnp.sort(x, axis=-1), {}, (normal(3, 5),))
 
-    return {"scan": scan, "while_loop": while_loop, "sort": sort}
+    return {"while_loop": while_loop, "sort": sort}
 
 
 def _flax_cases() -> dict[str, Callable[[], Case]]:

@@ -232,34 +232,43 @@ def test_convolutions_and_pooling_in_any_layout(tmp_path: Path) -> None:
     assert "max_pool2d" in result.source
 
 
-def test_unrolled_scan_and_fori_loop(tmp_path: Path) -> None:
+@pytest.mark.parametrize("unroll", [True, False])
+def test_scan_and_fori_loop(tmp_path: Path, unroll: bool) -> None:
+    """Counted loops: unrolled by JAX, or a `stablehlo.while` the import unrolls (its
+    `x[i]` and `ys.at[i].set` read at the then known counter)."""
+
     def scanned(p: Any, x: Any) -> Any:
         step = lambda c, row: (c + row * p["w"], c * 2.0)  # noqa: E731
-        return lax.scan(step, jnp.zeros(4), x, unroll=True)
+        return lax.scan(step, jnp.zeros(4), x, unroll=unroll)
 
     def looped(p: Any, x: Any) -> Any:
-        return lax.fori_loop(0, 3, lambda i, c: jnp.tanh(c * p["w"] + 1.0), x, unroll=True)
+        return lax.fori_loop(0, 3, lambda i, c: jnp.tanh(c * p["w"] + 1.0), x, unroll=unroll)
 
     params = {"w": normal(4)}
-    check(scanned, params, (normal(3, 4),), tmp_path / "scan")
+    result = check(scanned, params, (normal(3, 4),), tmp_path / "scan")
+    assert unroll or any("is unrolled at import" in n for n in result.notes)
     result = check(looped, params, (normal(3, 4),), tmp_path / "fori")
     assert result.source.count("tanh(") == 3
 
 
-def test_loops_and_custom_calls_are_refused(tmp_path: Path) -> None:
-    def fn(p: Any, x: Any) -> Any:
-        total, _ = lax.scan(lambda c, row: (c + row * p["w"], None), jnp.zeros(4), x)
-        return jnp.sort(total)
+def test_data_dependent_loops_and_sorting_are_refused(tmp_path: Path) -> None:
+    def grow(p: Any, x: Any) -> Any:
+        return lax.while_loop(lambda c: c.sum() < 100.0, lambda c: c * p["w"], x)
+
+    def rank(p: Any, x: Any) -> Any:
+        return jnp.sort(x * p["w"]), jnp.sort(x)
 
     folder = tmp_path / "out"
-    with pytest.raises(ImportRefusedError) as err:
-        export_linnet(
-            fn, {"w": normal(4)}, (normal(3, 4),), output=folder / "m.linnet", weights=folder
-        )
-    message = str(err.value)
-    assert "stablehlo.while" in message and "stablehlo.sort" in message, message
-    assert "test_import_stablehlo.py:" in message, message
-    assert "lax.scan" in message
+    messages = []
+    for fn in (grow, rank):
+        with pytest.raises(ImportRefusedError) as err:
+            export_linnet(
+                fn, {"w": normal(4)}, (normal(4),), output=folder / "m.linnet", weights=folder
+            )
+        messages.append(str(err.value))
+    assert "(Loop) at test_import_stablehlo.py:" in messages[0], messages[0]
+    assert "the loop condition must be known at import time" in messages[0], messages[0]
+    assert "stablehlo.sort (2)" in messages[1], messages[1]  # every such op, at once
     assert not folder.exists()
 
 

@@ -425,6 +425,52 @@ def _pad(b: Builder, op: Any) -> list[Ref]:
     return [b.emit("Pad", [x, b.ints(low + high), value], dtype, shape, {"mode": "constant"})]
 
 
+def _starts(b: Builder, op: Any, first: int, rank: int) -> str:
+    """The scalar start operands `first`.. of a dynamic slice as one 1-D i64 tensor."""
+    parts = []
+    for i in range(first, first + rank):
+        index = b.full(arg(b, op, i))
+        if b.dtype(index) != "i64":
+            index = b.emit("Cast", [index], "i64", (), {"to": onnx_dtype("i64")})
+        parts.append(b.emit("Reshape", [index, b.ints([1])], "i64", (1,)))
+    if len(parts) == 1:
+        return parts[0]
+    return b.emit("Concat", parts, "i64", (rank,), {"axis": 0})
+
+
+def _dynamic_slice(b: Builder, op: Any) -> list[Ref]:
+    """`x[i]` inside a loop (`lax.dynamic_slice`): a `Slice` at computed starts, which
+    a loop unrolled at import folds to constants. JAX clamps the starts into range;
+    the unrolled counters of `scan` and `fori_loop` are always in range."""
+    dtype, shape = result_type(op)
+    x = b.full(arg(b, op, 0))
+    rank = len(b.shape(x))
+    starts = _starts(b, op, 1, rank)
+    ends = b.emit("Add", [starts, b.ints(shape)], "i64", (rank,))
+    return [b.emit("Slice", [x, starts, ends, b.ints(range(rank))], dtype, shape)]
+
+
+def _dynamic_update_slice(b: Builder, op: Any) -> list[Ref]:
+    """`ys.at[i].set(y)` inside a loop: the update padded into place, chosen by a mask."""
+    dtype, shape = result_type(op)
+    x, update = b.full(arg(b, op, 0)), b.full(arg(b, op, 1))
+    rank = len(shape)
+    sizes = b.shape(update)
+    starts = _starts(b, op, 2, rank)
+    after = b.emit(
+        "Sub", [b.ints([d - s for d, s in zip(shape, sizes, strict=True)]), starts], "i64", (rank,)
+    )
+    pads = b.emit("Concat", [starts, after], "i64", (2 * rank,), {"axis": 0})
+    assert dtype is not None
+    placed = b.emit(
+        "Pad", [update, pads, _scalar(b, 0.0, dtype)], dtype, shape, {"mode": "constant"}
+    )
+    ones = b.const(np.ones(sizes, dtype=np.float32))
+    where = b.emit("Pad", [ones, pads, _scalar(b, 0.0, "f32")], "f32", shape, {"mode": "constant"})
+    mask = b.emit("Greater", [where, _scalar(b, 0.5, "f32")], "bool", shape)
+    return [b.emit("Where", [mask, placed, x], dtype, shape)]
+
+
 def _identity(b: Builder, op: Any) -> list[Ref]:
     return [b.env[v] for v in op.operands]
 
@@ -811,6 +857,8 @@ OPS: dict[str, Handler] = {
     "stablehlo.slice": _slice,
     "stablehlo.pad": _pad,
     "stablehlo.optimization_barrier": _identity,
+    "stablehlo.dynamic_slice": _dynamic_slice,
+    "stablehlo.dynamic_update_slice": _dynamic_update_slice,
     "stablehlo.dot_general": _dot_general,
     "stablehlo.convolution": _convolution,
     "stablehlo.reduce": _reduce,

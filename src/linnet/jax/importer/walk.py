@@ -31,12 +31,8 @@ _MAX_DEPTH = 64
 
 _REASONS = {
     "stablehlo.custom_call": "a custom call has no Linnet translation",
-    "stablehlo.while": "a loop (`lax.while_loop`, `lax.scan`, `fori_loop`) is not imported; "
-    "unroll it (`unroll=True`) or write the loop in Linnet",
     "stablehlo.case": "data-dependent control flow (`lax.cond`, `lax.switch`) is not imported",
     "stablehlo.if": "data-dependent control flow is not imported",
-    "stablehlo.dynamic_slice": "a slice at a computed offset is not imported",
-    "stablehlo.dynamic_update_slice": "an update at a computed offset is not imported",
     "stablehlo.scatter": "scatter is not imported",
     "stablehlo.sort": "sorting is not imported",
 }
@@ -49,7 +45,13 @@ def walk_function(
     what it returns (None where a refused op made the value)."""
     if depth > _MAX_DEPTH:
         raise Skip("calls nested too deep")
-    block = func.regions[0].blocks[0]
+    return walk_block(b, funcs, func.regions[0].blocks[0], args, depth)
+
+
+def walk_block(
+    b: Builder, funcs: dict[str, Any], block: Any, args: list[Ref | None], depth: int
+) -> list[Ref | None]:
+    """`walk_function` on one block (a function's body, a loop's condition or body)."""
     for formal, actual in zip(block.arguments, args, strict=True):
         if actual is not None:
             b.env[formal] = actual
@@ -71,7 +73,7 @@ def _walk_op(b: Builder, funcs: dict[str, Any], o: Any, depth: int) -> None:
     name = str(o.name)
     b.where = location(o)
     label = _label(o)
-    mapped = name in OPS or name == "func.call"
+    mapped = name in OPS or name in ("func.call", "stablehlo.while")
     if any(v not in b.env for v in o.operands):
         if not mapped:
             b.untranslated.append(Untranslated(label, name, _reason(o), b.where))
@@ -82,7 +84,9 @@ def _walk_op(b: Builder, funcs: dict[str, Any], o: Any, depth: int) -> None:
         b.untranslated.append(Untranslated(label, name, _reason(o), b.where))
         return
     try:
-        if name == "func.call":
+        if name == "stablehlo.while":
+            results = _while(b, funcs, o, depth)
+        elif name == "func.call":
             callee = ir.FlatSymbolRefAttr(o.attributes["callee"]).value
             if callee not in funcs:
                 raise Skip(f"calls `@{callee}`, which the module does not define")
@@ -99,6 +103,80 @@ def _walk_op(b: Builder, funcs: dict[str, Any], o: Any, depth: int) -> None:
     for value, ref in zip(o.results, results, strict=False):
         if ref is not None:
             b.env[value] = ref
+
+
+_TRIPS = 4096
+"""The most iterations a loop runs when unrolled at import (the `Loop` translator's own)."""
+
+
+def _while(b: Builder, funcs: dict[str, Any], o: Any, depth: int) -> list[Ref | None]:
+    """`stablehlo.while` (`lax.scan`, `fori_loop`, `while_loop`) as an ONNX `Loop` whose
+    body runs the loop's body then its condition. The `Loop` translator unrolls it when
+    every step's condition is known at import time (a counted loop) and refuses it
+    otherwise, naming why."""
+    from linnet.sourcegen.graph import Graph, Node, TensorInfo
+
+    carried = [b.full(b.env[v]) for v in o.operands]
+    cond_block, body_block = o.regions[0].blocks[0], o.regions[1].blocks[0]
+    first = walk_block(b, funcs, cond_block, list(carried), depth + 1)
+    if not first or first[0] is None:
+        raise Skip("its condition cannot be translated")
+    cond0 = b.full(first[0])
+    sub = Builder()
+    sub._count = b._count
+    sub.env = dict(b.env)
+    sub.graph.value_info = b.graph.value_info  # one namespace: outer values read inside
+    names = [sub.fresh("carried") for _ in carried]
+    step, flag = sub.fresh("step"), sub.fresh("going")
+    sub.graph.inputs = [TensorInfo(step, "i64", ()), TensorInfo(flag, "bool", ())]
+    for name, value in zip(names, carried, strict=True):
+        info = TensorInfo(name, b.dtype(value), b.shape(value))
+        sub.graph.inputs.append(info)
+        sub.graph.value_info[name] = info
+    new = walk_block(sub, funcs, body_block, list(names), depth + 1)
+    b.untranslated.extend(sub.untranslated)
+    if sub.untranslated or any(r is None for r in new):
+        b._count = sub._count
+        return [None] * len(o.results)
+    outs = [sub.full(r) for r in new if r is not None]
+    test = walk_block(sub, funcs, cond_block, list(outs), depth + 1)
+    b._count = sub._count
+    if not test or test[0] is None:
+        raise Skip("its condition cannot be translated")
+    cond_out = sub.full(test[0])
+    sub.graph.outputs = [TensorInfo(n, sub.dtype(n), sub.shape(n)) for n in (cond_out, *outs)]
+    sub.graph.constants.update({})
+    b.graph.constants.update(sub.graph.constants)
+    results = [b.fresh("while") for _ in o.results]
+    b.notes.append(
+        "a `stablehlo.while` loop"
+        + (f" at {b.where}" if b.where else "")
+        + " is unrolled at import (every step's condition is known then)"
+    )
+    for name, value in zip(results, carried, strict=True):
+        b.graph.value_info[name] = TensorInfo(name, b.dtype(value), b.shape(value))
+    trips = b.const(np.array(_TRIPS, dtype=np.int64))
+    body = Graph(
+        name="body",
+        inputs=sub.graph.inputs,
+        outputs=sub.graph.outputs,
+        nodes=sub.graph.nodes,
+        constants=sub.graph.constants,
+        value_info=sub.graph.value_info,
+    )
+    node = Node(
+        "Loop",
+        "",
+        results[0],
+        (trips, cond0, *carried),
+        tuple(results),
+        {"body": body, **({"_where": b.where} if b.where else {})},
+        18,
+    )
+    b.graph.nodes.append(node)
+    for name in results:
+        b.producers[name] = node
+    return list(results)
 
 
 def _report_unmapped(b: Builder, funcs: dict[str, Any], call: Any, depth: int) -> None:
