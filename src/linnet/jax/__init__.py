@@ -16,6 +16,9 @@ Importing `linnet` never imports jax; importing `linnet.jax` does.
   generated source with the modules' current values (`linnet.jax.flax_nnx`;
   importing those two imports flax).
 - `export_stablehlo(fn)`: the StableHLO text and contract of a lowered function.
+- `import_stablehlo(text, params, output=...)` and `export_linnet(fn, params,
+  example_inputs, output=...)`: StableHLO text, or a JAX function captured
+  with `jax.export`, back to checked Linnet source (`linnet.jax.importer`).
 
 Stateful entries are called `f(*inputs, state=mapping)` and return
 `(result, new_state)`. Numerics follow the shared contract (architecture.md
@@ -35,10 +38,30 @@ from linnet.jax.stablehlo import export_stablehlo
 if TYPE_CHECKING:
     from linnet.jax.flax_nnx import load_nnx, to_nnx
 
+
+def import_stablehlo(text: str, params: Any = None, **options: Any) -> Any:
+    """StableHLO text as Linnet source (`linnet.jax.importer.api.import_stablehlo`).
+
+    Imported on first use: the importer's translators live with the ONNX importer.
+    """
+    from linnet.jax.importer.api import import_stablehlo as run
+
+    return run(text, params, **options)
+
+
+def export_linnet(fn: Any, params: Any, example_inputs: Any, **options: Any) -> Any:
+    """A JAX function as Linnet source (`linnet.jax.importer.api.export_linnet`)."""
+    from linnet.jax.importer.api import export_linnet as run
+
+    return run(fn, params, example_inputs, **options)
+
+
 __all__ = [
     "JaxModel",
     "LinnetJaxFunction",
+    "export_linnet",
     "export_stablehlo",
+    "import_stablehlo",
     "load",
     "load_model",
     "load_nnx",
