@@ -12,6 +12,7 @@ entry = "forward"                  # the entry a caller runs by default
 weights = "../tiny-llama"          # SafeTensors file, shard folder or index
 bindings = "bindings.json"         # optional: parameter paths -> checkpoint names
 tokenizer = "."                    # optional: the folder holding the tokenizer files
+license = "apache-2.0"             # optional here; `linnet nest check` asks for it
 
 [generics]
 Vocab = 32000
@@ -51,6 +52,7 @@ class Card:
     weights: Path | None
     bindings: Path | None
     tokenizer: Path | None
+    license: str | None = None
 
 
 def is_card(source: object) -> bool:
@@ -74,9 +76,9 @@ def read_card(folder: str | os.PathLike[str]) -> Card:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise LinnetError(f"{path}: not a valid card: {exc}") from None
     problems: list[str] = []
-    known = {"name", "root", "entry", "generics", *_PATH_KEYS}
+    known = {"name", "root", "entry", "license", "generics", *_PATH_KEYS}
     problems += [f"unknown key `{k}`" for k in data if k not in known]
-    for key in ("name", "root", "entry", *_PATH_KEYS):
+    for key in ("name", "root", "entry", "license", *_PATH_KEYS):
         if key in data and not isinstance(data[key], str):
             problems.append(f"`{key}` must be a string")
     if "source" not in data:
@@ -105,6 +107,7 @@ def read_card(folder: str | os.PathLike[str]) -> Card:
         weights=where("weights"),
         bindings=where("bindings"),
         tokenizer=where("tokenizer"),
+        license=data.get("license"),
     )
 
 
@@ -118,6 +121,21 @@ def write_card(
         shown = str(value) if isinstance(value, int) else _toml_string(str(value))
         lines.append(f"{name} = {shown}")
     write_bytes(folder / CARD_NAME, ("\n".join(lines) + "\n").encode("utf-8"))
+
+
+def readme_license(text: str) -> str | None:
+    """The `license:` of a README's YAML front matter (a Hugging Face model card's
+    `---` block at the top), or None."""
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "---":
+        return None
+    for line in lines[1:]:
+        if line.strip() == "---":
+            return None
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "license" and value.strip():
+            return value.strip().strip("'\"")
+    return None
 
 
 def _toml_string(text: str) -> str:

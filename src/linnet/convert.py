@@ -9,8 +9,9 @@ checkpoint names, so converting a folder is reading its `config.json` into the
 root's generics and checking that the checkpoint binds as it is stored. The
 card then holds the source, the generics, a reference to the folder's weights
 (never copied or renamed), a `bindings.json` only for a tied head (which
-`save_pretrained` omits), and copies of the tokenizer files, `config.json` and
-`generation_config.json`.
+`save_pretrained` omits), and copies of the tokenizer files, `config.json`,
+`generation_config.json` and `README.md` (whose front matter's `license:` becomes
+the card's `license`).
 
 Anything the source cannot reproduce exactly is refused, with every reason at
 once: another `model_type`, another activation, a rope scaling type other than
@@ -27,14 +28,14 @@ import shutil
 from pathlib import Path
 
 from linnet.atomic import atomic_write, write_bytes
-from linnet.card import Card, read_card, write_card
+from linnet.card import Card, read_card, readme_license, write_card
 from linnet.errors import LinnetError
 from linnet.hf.families import FAMILIES, Family, family_source
 from linnet.hf.folder import TOKENIZER_FILES
 
 # The cache a card allocates is `MaxSeq` long; a config's context can be 128k.
 DEFAULT_CONTEXT_LIMIT = 4096
-KEPT_FILES = ("config.json", "generation_config.json", *TOKENIZER_FILES)
+KEPT_FILES = ("config.json", "generation_config.json", "README.md", *TOKENIZER_FILES)
 
 
 def convert(
@@ -159,6 +160,12 @@ def _write(
     if bindings:
         write_bytes(target / "bindings.json", (json.dumps(bindings, indent=2) + "\n").encode())
     has_tokenizer = any(n in TOKENIZER_FILES for n in kept)
+    readme = source / "README.md"
+    spdx = (
+        readme_license(readme.read_text(encoding="utf-8", errors="replace"))
+        if readme.is_file()
+        else None
+    )
     write_card(
         target,
         {
@@ -169,6 +176,7 @@ def _write(
             "weights": os.path.relpath(source.resolve(), target.resolve()),
             "bindings": "bindings.json" if bindings else None,
             "tokenizer": "." if has_tokenizer else None,
+            "license": spdx,
         },
         generics,
     )
