@@ -245,7 +245,7 @@ class OnnxModel:
                 continue
             fresh = ortvalue(host.copy(), t.type.dtype, self.device)
             self.weights[path] = fresh
-            for session in self._sessions.values():
+            for session in self.sessions:  # the dynamic ones too
                 session.rebind_weight(path, fresh)
 
     def place(self, array: object, dtype: str | None = None) -> ort.OrtValue:
