@@ -177,3 +177,38 @@ def test_onnx_decode_rows_updates_the_cache_in_place() -> None:
     assert changed.tolist() == [[1, 6]]  # row 1 at position 6; -1 and MaxSeq write nowhere
     want = decoder.logits(np.append(prompt, prompt[-1]))[-1]
     assert float(np.abs(logits[1] - want).max()) <= 1e-4
+
+
+@pytest.mark.parametrize("entry", ["decode_rows", "decode_slots"])
+def test_torch_cache_writes_update_the_state_in_place(entry: str) -> None:
+    """Generated source writes a donated cache into the state's tensor (no copy per step);
+    the logits still equal transformers', and out-of-range writes change nothing."""
+    import torch
+
+    import linnet.torch as lt
+
+    decoder = decoder_cases.llama()
+    model = lt.load(decoder.source, generics=decoder.generics(BATCH, MAX_SEQ),
+                    weights=decoder.weights, compile=True)  # fmt: skip
+    path = "model.layers.0.self_attn.k_cache"
+    prompt = decoder_cases.prompts(decoder.vocab, [6], seed=4)[0]
+    as_torch = [torch.from_numpy(x) for x in (prompt[None], np.array([1], np.int32),
+                                                np.array([6], np.int32))]  # fmt: skip
+    model.run_entry("prefill_slots", as_torch)
+    cache = model.tensor(path)
+    before = cache.clone()
+    if entry == "decode_rows":
+        tokens = np.array([[3], [int(prompt[-1])], [5]], np.int32)
+        inputs = [tokens, np.array([-1, 6, MAX_SEQ], np.int32)]
+        row = 1
+    else:
+        tokens = np.array([[int(prompt[-1])], [3]], np.int32)
+        inputs = [tokens, np.array([1, -1], np.int32), np.array([6, 2], np.int32)]
+        row = 0
+    with torch.no_grad():
+        logits = model.run_entry(entry, [torch.from_numpy(x) for x in inputs]).numpy()
+    assert model.tensor(path).data_ptr() == cache.data_ptr()  # the same memory, written in place
+    changed = np.argwhere((cache != before).any(dim=3).any(dim=1).numpy())
+    assert changed.tolist() == [[1, 6]]  # row 1 at position 6; the other writes go nowhere
+    want = decoder.logits(np.append(prompt, prompt[-1]))[-1]
+    np.testing.assert_allclose(logits[row], want, atol=1e-4)
