@@ -2,7 +2,8 @@
 
 One run, the same weights for every server: a random-initialised transformers
 `LlamaForCausalLM` (default: 4 layers, H=512, 8 heads over 4 key/value heads,
-a 32000-token vocabulary; `--shape tinyllama`: TinyLlama-1.1B's shape) saved with
+a 32000-token vocabulary; `--shape tinyllama`: TinyLlama-1.1B's shape; `--shape tiny`
+for the test) saved with
 `save_pretrained` into a temporary folder, with a word-level tokenizer of exactly
 32000 tokens (`w0` ... `w31999`, one token per word, so every server counts the
 same tokens). Linnet serves the card `linnet.convert` writes for that folder
@@ -54,6 +55,8 @@ SHAPES: dict[str, dict[str, int]] = {
               "num_attention_heads": 8, "num_key_value_heads": 4},
     "tinyllama": {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
                   "num_attention_heads": 32, "num_key_value_heads": 4},
+    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2},  # the test's
 }  # fmt: skip
 
 
