@@ -69,7 +69,7 @@ commands:
   nest check CARD                                  every problem of a model card (or folder)
   serve CARD | --source FILE --weights W --tokenizer DIR [--generics FILE.json]
           [--bind G=V]... [--backend torch|onnx] [--device D] [--host 127.0.0.1]
-          [--port 8000] [--api-key KEY] [--name NAME] [--root BLOCK] [--std DIR]
+          [--port 8000] [--api-key KEY] [--name NAME] [--warmup N] [--root BLOCK] [--std DIR]
                                                    an OpenAI-compatible server of a decoder
   generate CARD | --source FILE --weights W --tokenizer DIR --prompt TEXT [--chat]
           [--max-tokens N] [--temperature T] [--seed S] (and serve's model options)
@@ -190,7 +190,8 @@ COMMAND_HELP: dict[str, str] = {
     "serve": "usage: linnet serve CARD [--bind G=V]... [--backend torch|onnx] [--port PORT] ...\n"
     "       linnet serve --source FILE --weights W --tokenizer DIR [--generics FILE.json]\n"
     "                    [--bind G=V]... [--backend torch|onnx] [--device D] [--host HOST]\n"
-    "                    [--port PORT] [--api-key KEY] [--name NAME] [--root BLOCK] [--std DIR]\n\n"
+    "                    [--port PORT] [--api-key KEY] [--name NAME] [--warmup N] [--root BLOCK]\n"
+    "                    [--std DIR]\n\n"
     "Serve a decoder with `prefill_slots` / `decode_rows` entries behind an OpenAI-compatible\n"
     "HTTP server (completions, chat completions, streaming). It binds 127.0.0.1 unless\n"
     "--host says otherwise; with --api-key (or $LINNET_API_KEY) every /v1 route needs\n"
@@ -199,7 +200,8 @@ COMMAND_HELP: dict[str, str] = {
     + "  --host HOST     the address to bind (default: 127.0.0.1)\n"
     "  --port PORT     the port (default: 8000)\n"
     "  --api-key KEY   require this bearer token on /v1 routes\n"
-    "  --name NAME     the model name /v1/models reports\n",
+    "  --name NAME     the model name /v1/models reports\n"
+    "  --warmup N      lower every shape for prompts up to N tokens first (default 256; 0: none)\n",
     "generate": "usage: linnet generate CARD --prompt TEXT [--max-tokens N] ...\n"
     "       linnet generate --source FILE --weights W --tokenizer DIR --prompt TEXT\n"
     "                       [--chat] [--max-tokens N] [--temperature T] [--seed S]\n"
@@ -691,6 +693,7 @@ def _run_serve(invocation: Invocation) -> int:
         port=port,
         api_key=invocation.values.get("--api-key"),
         name=name,
+        warmup=_number_option(invocation, "--warmup", 256, int),
     )
 
 
@@ -760,7 +763,7 @@ _COMMANDS: dict[str, CommandSpec] = {
     "spec-test": CommandSpec(_run_spec_test, valued=frozenset({"--std"})),
     "serve": CommandSpec(
         _run_serve,
-        valued=_MODEL_OPTIONS | {"--host", "--port", "--api-key", "--name"},
+        valued=_MODEL_OPTIONS | {"--host", "--port", "--api-key", "--name", "--warmup"},
         repeated=frozenset({"--bind"}),
     ),
     "generate": CommandSpec(

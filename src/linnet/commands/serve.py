@@ -12,7 +12,9 @@ Generics come from the card, then `--generics FILE.json`, then `--bind G=V`
 
 `serve` runs the OpenAI-compatible server (`linnet.serve.server`) on
 `--host` (default 127.0.0.1: reachable from this machine only) and `--port`;
-`--api-key KEY` or `$LINNET_API_KEY` requires `Authorization: Bearer KEY`.
+`--api-key KEY` or `$LINNET_API_KEY` requires `Authorization: Bearer KEY`;
+`--warmup N` (default 256, 0: none) lowers every shape for prompts up to N
+tokens before the server starts.
 `generate` streams the completion of `--prompt` to stdout (`--chat` renders it
 through the chat template first) and ends with the token count and tokens/s on
 stderr.
@@ -110,10 +112,20 @@ def read_generics(path: str | None, binds: Mapping[str, str]) -> dict[str, objec
 
 
 def run_serve(engine: Any, tokenizer: Any, *, host: str, port: int, api_key: str | None,
-              name: str) -> int:  # fmt: skip
+              name: str, warmup: int = 0) -> int:  # fmt: skip
+    """Serve until interrupted; first, with `warmup` > 0, lower every shape the engine
+    calls for prompts up to that many tokens (`Engine.warmup`), so no request waits for
+    a compilation."""
     from linnet.serve.server import Server, serve
 
     key = api_key if api_key is not None else os.environ.get("LINNET_API_KEY") or None
+    if warmup > 0:
+        start = time.perf_counter()
+        engine.warmup(range(1, min(warmup, engine.max_seq) + 1))
+        sys.stderr.write(
+            f"linnet serve: every shape for prompts up to {min(warmup, engine.max_seq)} tokens "
+            f"lowered in {time.perf_counter() - start:.1f} s\n"
+        )
     server = Server(engine, tokenizer, model_name=name, api_key=key)
     auth = "an API key required" if key else "no API key"
     sys.stderr.write(
