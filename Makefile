@@ -50,6 +50,8 @@ triton-server: venv
 
 # The Llama example: check it, write seeded random weights, prefill a prompt and
 # decode 16 greedy tokens over the KV cache with linnet.torch; prints tokens and timings.
+# Then text in, text out: a model card with a shipped tokenizer, a prompt's completion
+# streamed with tokens/s, and one request through the HTTP server on 127.0.0.1.
 demo: venv
 	$(PY) examples/01-llama/demo.py
 

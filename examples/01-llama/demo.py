@@ -8,8 +8,14 @@ then verifies the cached path against the `forward` entry (no cache) over the
 whole generated sequence, and with `--transformers` against transformers'
 `LlamaForCausalLM.generate(do_sample=False)` on the same weights.
 
+Then text in, text out (`text_demo.py`, skipped with `--no-text`): a model card
+with a real tokenizer, a prompt's completion streamed through `linnet.serve`'s
+engine with tokens/s, and one request through the OpenAI-compatible HTTP server
+on 127.0.0.1 with the `openai` client, which must answer the streamed text.
+
     python examples/01-llama/demo.py [--seed N] [--prompt-length N] [--new-tokens N]
         [--interpreted | --numpy] [--transformers] [--out DIR] [--bind G=V]...
+        [--no-text] [--prompt TEXT]
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ def load_sibling(name: str) -> ModuleType:
 
 
 weights_maker = load_sibling("make_weights")
+text_demo = load_sibling("text_demo")
 DEFAULT_CONFIG: dict[str, object] = weights_maker.DEFAULT_CONFIG
 SOURCE: Path = weights_maker.SOURCE
 make_weights = weights_maker.make_weights
@@ -331,6 +338,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--transformers", action="store_true", help="also compare with transformers' generate"
     )
+    parser.add_argument("--no-text", action="store_true", help="skip the card and server part")
+    parser.add_argument("--prompt", default=text_demo.DEFAULT_PROMPT, help="the text prompt")
     args = parser.parse_args(argv)
     config = parse_binds(args.bind, DEFAULT_CONFIG)
     length, new_tokens = args.prompt_length, args.new_tokens
@@ -415,6 +424,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  verify     transformers LlamaForCausalLM.generate(do_sample=False): {verdict}"
             )
             if not same:
+                return 1
+        if not args.no_text:
+            print("Text in, text out: a model card, the engine and the HTTP server")
+            card_config = text_demo.card_config(config)
+            text = text_demo.run(folder / "card", card_config, make_weights, seed=args.seed,
+                                 prompt=args.prompt)  # fmt: skip
+            if text.problems or text.served != text.streamed:
                 return 1
     return 0
 

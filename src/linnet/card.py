@@ -12,6 +12,7 @@ entry = "forward"                  # the entry a caller runs by default
 weights = "../tiny-llama"          # SafeTensors file, shard folder or index, or a list of them
 bindings = "bindings.json"         # optional: parameter paths -> checkpoint names
 tokenizer = "."                    # optional: the folder holding the tokenizer files
+license = "apache-2.0"             # optional here; `linnet nest check` asks for it
 
 [generics]
 Vocab = 32000
@@ -52,6 +53,7 @@ class Card:
     weights: Path | tuple[Path, ...] | None
     bindings: Path | None
     tokenizer: Path | None
+    license: str | None = None
 
 
 def is_card(source: object) -> bool:
@@ -75,9 +77,9 @@ def read_card(folder: str | os.PathLike[str]) -> Card:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise LinnetError(f"{path}: not a valid card: {exc}") from None
     problems: list[str] = []
-    known = {"name", "root", "entry", "generics", *_PATH_KEYS}
+    known = {"name", "root", "entry", "license", "generics", *_PATH_KEYS}
     problems += [f"unknown key `{k}`" for k in data if k not in known]
-    for key in ("name", "root", "entry", *_PATH_KEYS):
+    for key in ("name", "root", "entry", "license", *_PATH_KEYS):
         value = data.get(key)
         if key == "weights" and isinstance(value, list) and value:
             if not all(isinstance(v, str) for v in value):
@@ -114,6 +116,7 @@ def read_card(folder: str | os.PathLike[str]) -> Card:
         weights=listed if listed is not None else where("weights"),
         bindings=where("bindings"),
         tokenizer=where("tokenizer"),
+        license=data.get("license"),
     )
 
 
@@ -136,6 +139,21 @@ def _toml_value(value: str | list[str]) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml_string(v) for v in value) + "]"
     return _toml_string(value)
+
+
+def readme_license(text: str) -> str | None:
+    """The `license:` of a README's YAML front matter (a Hugging Face model card's
+    `---` block at the top), or None."""
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "---":
+        return None
+    for line in lines[1:]:
+        if line.strip() == "---":
+            return None
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "license" and value.strip():
+            return value.strip().strip("'\"")
+    return None
 
 
 def _toml_string(text: str) -> str:

@@ -70,11 +70,12 @@ commands:
   quantize WEIGHTS -o FILE --pattern GLOB... [--bits 4|8] [--group N] [--method rtn]
           [--scale-dtype D]                        float checkpoint -> std.quant layouts
   spec-test [--std DIR] DIR                        run a conformance directory
-  serve --source FILE --weights W --tokenizer DIR [--generics FILE.json] [--bind G=V]...
-          [--backend torch|onnx] [--device D] [--host 127.0.0.1] [--port 8000]
-          [--api-key KEY] [--name NAME] [--root BLOCK] [--std DIR]
+  nest check CARD                                  every problem of a model card (or folder)
+  serve CARD | --source FILE --weights W --tokenizer DIR [--generics FILE.json]
+          [--bind G=V]... [--backend torch|onnx] [--device D] [--host 127.0.0.1]
+          [--port 8000] [--api-key KEY] [--name NAME] [--warmup N] [--root BLOCK] [--std DIR]
                                                    an OpenAI-compatible server of a decoder
-  generate --source FILE --weights W --tokenizer DIR --prompt TEXT [--chat]
+  generate CARD | --source FILE --weights W --tokenizer DIR --prompt TEXT [--chat]
           [--max-tokens N] [--temperature T] [--seed S] (and serve's model options)
                                                    stream a completion, then tokens/s
 
@@ -102,9 +103,11 @@ _TARGET_OPTIONS = """\
 # `linnet <command> --help`: each command's own usage (18.2), on stdout.
 _GRAD_OPTION = "  --grad          the loss and its gradients (language-extensions 6)\n"
 _MODEL_HELP = (
-    "  --source FILE   the decoder's Linnet source\n"
-    "  --weights W     its SafeTensors file or folder\n"
-    "  --tokenizer DIR a folder with tokenizer.json (and tokenizer_config.json)\n"
+    "  CARD            a model card folder (nest.toml), or a transformers folder of a known\n"
+    "                  family; it gives the source, weights, tokenizer and generics\n"
+    "  --source FILE   without a card: the decoder's Linnet source\n"
+    "  --weights W     its SafeTensors file or folder (overrides the card's)\n"
+    "  --tokenizer DIR a folder with tokenizer.json (overrides the card's)\n"
     "  --generics F    a JSON file of generic values; --bind G=V adds or overrides one\n"
     "  --backend B     torch (default) or onnx; --device D for torch\n"
     "  --root BLOCK    the root block; --std DIR the standard library\n"
@@ -216,9 +219,17 @@ COMMAND_HELP: dict[str, str] = {
     "  --group N              inputs per int4 group (default: 128)\n"
     "  --method rtn           the quantiser (default: rtn, round to nearest)\n"
     "  --scale-dtype D        the int4 scales' dtype, the model's T (default: the weight's)\n",
-    "serve": "usage: linnet serve --source FILE --weights W --tokenizer DIR [--generics FILE.json]\n"
+    "nest": "usage: linnet nest check CARD\n\n"
+    "List every problem of a model card (a folder with nest.toml) at once: the card's\n"
+    "fields (name, license), README.md, the source's diagnostics, the root block and its\n"
+    "generics, the entry, every parameter bound with its shape and dtype, tensors and\n"
+    "bindings that bind nothing, and the tokenizer. A transformers folder of a known family\n"
+    "is converted first. Exit status 1 when there is a problem.\n",
+    "serve": "usage: linnet serve CARD [--bind G=V]... [--backend torch|onnx] [--port PORT] ...\n"
+    "       linnet serve --source FILE --weights W --tokenizer DIR [--generics FILE.json]\n"
     "                    [--bind G=V]... [--backend torch|onnx] [--device D] [--host HOST]\n"
-    "                    [--port PORT] [--api-key KEY] [--name NAME] [--root BLOCK] [--std DIR]\n\n"
+    "                    [--port PORT] [--api-key KEY] [--name NAME] [--warmup N] [--root BLOCK]\n"
+    "                    [--std DIR]\n\n"
     "Serve a decoder with `prefill_slots` / `decode_rows` entries behind an OpenAI-compatible\n"
     "HTTP server (completions, chat completions, streaming). It binds 127.0.0.1 unless\n"
     "--host says otherwise; with --api-key (or $LINNET_API_KEY) every /v1 route needs\n"
@@ -227,8 +238,10 @@ COMMAND_HELP: dict[str, str] = {
     + "  --host HOST     the address to bind (default: 127.0.0.1)\n"
     "  --port PORT     the port (default: 8000)\n"
     "  --api-key KEY   require this bearer token on /v1 routes\n"
-    "  --name NAME     the model name /v1/models reports\n",
-    "generate": "usage: linnet generate --source FILE --weights W --tokenizer DIR --prompt TEXT\n"
+    "  --name NAME     the model name /v1/models reports\n"
+    "  --warmup N      lower every shape for prompts up to N tokens first (default 256; 0: none)\n",
+    "generate": "usage: linnet generate CARD --prompt TEXT [--max-tokens N] ...\n"
+    "       linnet generate --source FILE --weights W --tokenizer DIR --prompt TEXT\n"
     "                       [--chat] [--max-tokens N] [--temperature T] [--seed S]\n"
     "                       [--generics FILE.json] [--bind G=V]... [--backend torch|onnx]\n\n"
     "Stream a completion of TEXT to the terminal, then the tokens per second.\n\noptions:\n"
@@ -688,6 +701,26 @@ def _run_quantize(invocation: Invocation) -> int:
     return EXIT_OK
 
 
+# -- nest ------------------------------------------------------------------------------
+
+
+def _run_nest(invocation: Invocation) -> int:
+    from linnet.nest import check
+
+    operands = invocation.operands
+    if operands[:1] != ["check"]:
+        raise UsageError("`nest` takes the subcommand `check CARD`")
+    if len(operands) != 2:
+        raise UsageError("`nest check` takes exactly one card (or transformers folder)")
+    problems = check(Path(operands[1]))
+    if not problems:
+        sys.stdout.write(f"{operands[1]}: a sound model card\n")
+        return EXIT_OK
+    count = f"{len(problems)} problem{'' if len(problems) == 1 else 's'}"
+    sys.stdout.write(f"{operands[1]}: {count}\n" + "".join(f"  - {p}\n" for p in problems))
+    return EXIT_FAILURE
+
+
 # -- spec-test -------------------------------------------------------------------------
 
 
@@ -724,27 +757,41 @@ def _number_option(invocation: Invocation, name: str, default: float, kind: type
         raise UsageError(f"`{name}` takes a number, not `{value}`") from None
 
 
-def _serving_engine(invocation: Invocation) -> tuple[Any, Path]:
-    from linnet.commands.serve import load_engine, read_generics
+def _serving_engine(invocation: Invocation) -> tuple[Any, Any, str]:
+    """(engine, tokenizer, model name) of a CARD operand or the --source options."""
+    from linnet.commands.serve import load_card_engine, load_engine, read_generics
+    from linnet.serve.tokenizer import Tokenizer
 
-    if invocation.operands:
-        raise UsageError(f"`{invocation.command}` takes options only (model cards come later)")
-    missing = [o for o in ("--source", "--weights", "--tokenizer") if o not in invocation.values]
-    if missing:
-        raise UsageError(f"`{invocation.command}` needs {', '.join(missing)}")
     generics = read_generics(
         invocation.values.get("--generics"), parse_binds(invocation.lists.get("--bind", []))
     )
+    values = invocation.values
+    backend = values.get("--backend", "torch")
+    device = values.get("--device", "cpu")
+    weights = Path(values["--weights"]) if "--weights" in values else None
+    tokenizer = Path(values["--tokenizer"]) if "--tokenizer" in values else None
+    if invocation.operands:
+        if len(invocation.operands) != 1:
+            raise UsageError(f"`{invocation.command}` takes one model card")
+        clashing = [o for o in ("--source", "--root", "--std") if o in values]
+        if clashing:
+            raise UsageError(f"a model card gives its own source: drop {', '.join(clashing)}")
+        engine, words, name = load_card_engine(
+            Path(invocation.operands[0]), generics, backend=backend, device=device,
+            weights=weights, tokenizer=tokenizer,
+        )  # fmt: skip
+        return engine, words, values.get("--name", name)
+    missing = [o for o in ("--source", "--weights", "--tokenizer") if o not in values]
+    if missing:
+        raise UsageError(
+            f"`{invocation.command}` needs {', '.join(missing)} (or a model card CARD)"
+        )
     engine = load_engine(
-        Path(invocation.values["--source"]),
-        Path(invocation.values["--weights"]),
-        generics,
-        backend=invocation.values.get("--backend", "torch"),
-        device=invocation.values.get("--device", "cpu"),
-        root=invocation.values.get("--root"),
-        std=invocation.std,
-    )
-    return engine, Path(invocation.values["--tokenizer"])
+        Path(values["--source"]), weights, generics, backend=backend, device=device,
+        root=values.get("--root"), std=invocation.std,
+    )  # fmt: skip
+    assert tokenizer is not None
+    return engine, Tokenizer.from_folder(tokenizer), values.get("--name", "linnet")
 
 
 def _run_serve(invocation: Invocation) -> int:
@@ -753,14 +800,15 @@ def _run_serve(invocation: Invocation) -> int:
     port = _number_option(invocation, "--port", 8000, int)
     if not 0 <= port < 65536:
         raise UsageError(f"`--port` must be in 0..65535, not {port}")
-    engine, tokenizer = _serving_engine(invocation)
+    engine, tokenizer, name = _serving_engine(invocation)
     return run_serve(
         engine,
         tokenizer,
         host=invocation.values.get("--host", "127.0.0.1"),
         port=port,
         api_key=invocation.values.get("--api-key"),
-        name=invocation.values.get("--name", "linnet"),
+        name=name,
+        warmup=_number_option(invocation, "--warmup", 256, int),
     )
 
 
@@ -773,7 +821,7 @@ def _run_generate(invocation: Invocation) -> int:
     max_tokens = _number_option(invocation, "--max-tokens", 64, int)
     temperature = _number_option(invocation, "--temperature", 0.0, float)
     seed = invocation.values.get("--seed")
-    engine, tokenizer = _serving_engine(invocation)
+    engine, tokenizer, _ = _serving_engine(invocation)
     return run_generate(
         engine,
         tokenizer,
@@ -852,10 +900,11 @@ _COMMANDS: dict[str, CommandSpec] = {
         valued=frozenset({"-o", "--output", "--bits", "--group", "--method", "--scale-dtype"}),
         repeated=frozenset({"--pattern"}),
     ),
+    "nest": CommandSpec(_run_nest),
     "spec-test": CommandSpec(_run_spec_test, valued=frozenset({"--std"})),
     "serve": CommandSpec(
         _run_serve,
-        valued=_MODEL_OPTIONS | {"--host", "--port", "--api-key", "--name"},
+        valued=_MODEL_OPTIONS | {"--host", "--port", "--api-key", "--name", "--warmup"},
         repeated=frozenset({"--bind"}),
     ),
     "generate": CommandSpec(

@@ -9,8 +9,9 @@ checkpoint names, so converting a folder is reading its `config.json` into the
 root's generics and checking that the checkpoint binds as it is stored. The
 card then holds the source, the generics, a reference to the folder's weights
 (never copied or renamed), a `bindings.json` only for a tied head (which
-`save_pretrained` omits), and copies of the tokenizer files, `config.json` and
-`generation_config.json`. A phi3 folder with longrope scaling gets one more
+`save_pretrained` omits), and copies of the tokenizer files, `config.json`,
+`generation_config.json` and `README.md` (whose front matter's `license:` becomes
+the card's `license`). A phi3 folder with longrope scaling gets one more
 file, `rope_factors.safetensors` (its short and long factors, the source's
 `rope_factors` buffer: generics are integers), which the card lists after the
 folder's weights.
@@ -32,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from linnet.atomic import atomic_write, write_bytes
-from linnet.card import Card, read_card, write_card
+from linnet.card import Card, read_card, readme_license, write_card
 from linnet.errors import LinnetError
 from linnet.hf.families import FAMILIES, LONGROPE_PATH, Family, family_source, longrope_factors
 from linnet.hf.folder import TOKENIZER_FILES
@@ -40,7 +41,7 @@ from linnet.hf.folder import TOKENIZER_FILES
 # The cache a card allocates is `MaxSeq` long; a config's context can be 128k.
 DEFAULT_CONTEXT_LIMIT = 4096
 ROPE_FACTORS_FILE = "rope_factors.safetensors"
-KEPT_FILES = ("config.json", "generation_config.json", *TOKENIZER_FILES)
+KEPT_FILES = ("config.json", "generation_config.json", "README.md", *TOKENIZER_FILES)
 
 
 def convert(
@@ -176,6 +177,12 @@ def _write(
         weights = [folder, ROPE_FACTORS_FILE]
     elif (target / ROPE_FACTORS_FILE).is_file():
         (target / ROPE_FACTORS_FILE).unlink()  # from an earlier conversion into this card
+    readme = source / "README.md"
+    spdx = (
+        readme_license(readme.read_text(encoding="utf-8", errors="replace"))
+        if readme.is_file()
+        else None
+    )
     write_card(
         target,
         {
@@ -186,6 +193,7 @@ def _write(
             "weights": weights,
             "bindings": "bindings.json" if bindings else None,
             "tokenizer": "." if has_tokenizer else None,
+            "license": spdx,
         },
         generics,
     )

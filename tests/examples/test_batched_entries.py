@@ -1,4 +1,4 @@
-"""`prefill_slots` and `decode_rows` of the Llama and GPT-2 examples (continuous batching).
+"""`prefill_slots`, `decode_rows` and `decode_slots` of the decoder examples (continuous batching).
 
 Each example runs a staggered schedule on a 3-row cache: two prompts of
 different lengths prefilled together into rows 2 and 0 (right-padded, with a
@@ -8,7 +8,9 @@ row 0 after its first sequence ended (its stale, longer cache left in place).
 Every sequence's logits are compared with transformers' logits of that sequence
 alone (so rows cannot have leaked into each other) and its greedy tokens with
 `generate(do_sample=False)`; on `linnet.torch` (generated source) and ONNX
-Runtime.
+Runtime. The Llama example runs the schedule again with `decode_slots` (only the
+busy rows, listed in another order than the cache's, plus a padding member whose
+slot is no row) in place of `decode_rows`.
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ def onnx_call(decoder: decoder_cases.Decoder) -> Call:
 class Rows:
     """The schedule's bookkeeping: per sequence its tokens and the logits that chose them."""
 
-    def __init__(self, call: Call) -> None:
+    def __init__(self, call: Call, slotted: bool = False) -> None:
         self.call = call
+        self.slotted = slotted
         self.row_of: dict[int, int] = {}
         self.tokens: dict[int, list[int]] = {}
         self.prompt_length: dict[int, int] = {}
@@ -88,6 +91,9 @@ class Rows:
             self.logits[seq] = [out[m]]
 
     def step(self) -> None:
+        if self.slotted:
+            self.step_slots()
+            return
         tokens = np.zeros((BATCH, 1), np.int32)
         positions = np.zeros(BATCH, np.int32)
         for seq, row in self.row_of.items():
@@ -99,17 +105,29 @@ class Rows:
             self.tokens[seq].append(int(out[row].argmax()))
             self.logits[seq].append(out[row])
 
+    def step_slots(self) -> None:
+        """`decode_slots` over the busy rows, last admitted first, and one padding member."""
+        busy = sorted(self.row_of.items(), reverse=True)
+        tokens = np.array([[self.tokens[seq][-1]] for seq, _ in busy] + [[0]], np.int32)
+        slots = np.array([row for _, row in busy] + [-1], np.int32)
+        positions = np.array([len(self.tokens[seq]) - 1 for seq, _ in busy] + [0], np.int32)
+        out = self.call("decode_slots", [tokens, slots, positions])
+        assert out.shape[0] == len(busy) + 1
+        for m, (seq, _) in enumerate(busy):
+            self.tokens[seq].append(int(out[m].argmax()))
+            self.logits[seq].append(out[m])
+
     def finish(self, seq: int) -> None:
         del self.row_of[seq]
 
 
 @pytest.mark.parametrize("backend", ["torch", "onnx"])
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("family", ["llama", "gpt2", "llama/decode_slots"])
 def test_rows_decode_as_their_sequences_alone(family: str, backend: str) -> None:
-    decoder = getattr(decoder_cases, family)()
+    decoder = getattr(decoder_cases, family.split("/")[0])()
     call = torch_call(decoder) if backend == "torch" else onnx_call(decoder)
     prompts = dict(enumerate(decoder_cases.prompts(decoder.vocab, [5, 9, 7, 4], seed=3)))
-    rows = Rows(call)
+    rows = Rows(call, slotted=family.endswith("decode_slots"))
     rows.admit({0: prompts[0], 1: prompts[1]}, [2, 0], width=12, pad=1)
     for _ in range(4):
         rows.step()
@@ -159,3 +177,38 @@ def test_onnx_decode_rows_updates_the_cache_in_place() -> None:
     assert changed.tolist() == [[1, 6]]  # row 1 at position 6; -1 and MaxSeq write nowhere
     want = decoder.logits(np.append(prompt, prompt[-1]))[-1]
     assert float(np.abs(logits[1] - want).max()) <= 1e-4
+
+
+@pytest.mark.parametrize("entry", ["decode_rows", "decode_slots"])
+def test_torch_cache_writes_update_the_state_in_place(entry: str) -> None:
+    """Generated source writes a donated cache into the state's tensor (no copy per step);
+    the logits still equal transformers', and out-of-range writes change nothing."""
+    import torch
+
+    import linnet.torch as lt
+
+    decoder = decoder_cases.llama()
+    model = lt.load(decoder.source, generics=decoder.generics(BATCH, MAX_SEQ),
+                    weights=decoder.weights, compile=True)  # fmt: skip
+    path = "model.layers.0.self_attn.k_cache"
+    prompt = decoder_cases.prompts(decoder.vocab, [6], seed=4)[0]
+    as_torch = [torch.from_numpy(x) for x in (prompt[None], np.array([1], np.int32),
+                                                np.array([6], np.int32))]  # fmt: skip
+    model.run_entry("prefill_slots", as_torch)
+    cache = model.tensor(path)
+    before = cache.clone()
+    if entry == "decode_rows":
+        tokens = np.array([[3], [int(prompt[-1])], [5]], np.int32)
+        inputs = [tokens, np.array([-1, 6, MAX_SEQ], np.int32)]
+        row = 1
+    else:
+        tokens = np.array([[int(prompt[-1])], [3]], np.int32)
+        inputs = [tokens, np.array([1, -1], np.int32), np.array([6, 2], np.int32)]
+        row = 0
+    with torch.no_grad():
+        logits = model.run_entry(entry, [torch.from_numpy(x) for x in inputs]).numpy()
+    assert model.tensor(path).data_ptr() == cache.data_ptr()  # the same memory, written in place
+    changed = np.argwhere((cache != before).any(dim=3).any(dim=1).numpy())
+    assert changed.tolist() == [[1, 6]]  # row 1 at position 6; the other writes go nowhere
+    want = decoder.logits(np.append(prompt, prompt[-1]))[-1]
+    np.testing.assert_allclose(logits[row], want, atol=1e-4)

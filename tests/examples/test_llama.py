@@ -341,6 +341,12 @@ def test_demo_generates_and_verifies(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert (tmp_path / "model.safetensors").is_file()
     assert "backend    linnet.torch, compile=True" in out
     assert "note" not in out
+    # text in, text out: a card with the shipped tokenizer, streamed, then one HTTP request
+    assert "nest.check finds 0 problems" in out
+    assert "(30522 in the vocabulary)" in out
+    assert "reply      24 tokens, the streamed text" in out
+    assert out.rstrip().endswith("server     shut down")
+    assert (tmp_path / "card" / "nest.toml").is_file()
 
 
 ONNX_COMMAND = (

@@ -332,10 +332,11 @@ def test_a_disconnected_stream_frees_its_row(live: Running) -> None:
 def test_a_failed_engine_turns_health_to_500(tmp_path: Path) -> None:
     server, decoder = make_server(tmp_path)
 
-    def broken(tokens: Any, positions: Any) -> Any:
+    def broken(*inputs: Any) -> Any:
         raise RuntimeError("device lost")
 
     server.engine.decoder.decode = broken  # type: ignore[method-assign]
+    server.engine.decoder.decode_slots = broken  # type: ignore[method-assign]
     with running(server, decoder) as live:
         client = openai.OpenAI(base_url=f"{live.url}/v1", api_key="none", max_retries=0)
         with pytest.raises(openai.InternalServerError):

@@ -28,7 +28,7 @@ SOURCE = """module native_cases
 
 use std.nn.activations::{gelu, relu, sigmoid, silu}
 use std.nn.attention::{attention, causal_mask, grouped_attention}
-use std.nn.cache::{write_at, write_span}
+use std.nn.cache::{write_at, write_rows, write_slots, write_span}
 use std.nn.linear::{linear}
 use std.nn.norm::{batch_norm, group_norm, layer_norm, rms_norm}
 use std.nn.softmax::{softmax}
@@ -94,6 +94,21 @@ pub entry spans<B: Dim, H: Dim, S: Dim, N: Dim, D: Dim>(
 where S > 0, N > 0 {
     return (write_span(cache, value, 0), write_span(cache, value, 3), write_span(cache, value, -2),
             write_span(cache, value, 9))
+}
+
+pub entry rows<B: Dim, H: Dim, S: Dim, D: Dim>(
+    cache: Tensor[B, H, S, D; f32], value: Tensor[B, H, 1, D; f32], at: Tensor[B; i32],
+) -> Tensor[B, H, S, D; f32]
+where S > 0 {
+    return write_rows(cache, value, at)
+}
+
+pub entry slotted<B: Dim, H: Dim, S: Dim, M: Dim, N: Dim, D: Dim>(
+    cache: Tensor[B, H, S, D; f32], value: Tensor[M, H, N, D; f32], slots: Tensor[M; i32],
+) -> (Tensor[B, H, S, D; f32], Tensor[B, H, S, D; f32], Tensor[B, H, S, D; f32])
+where S > 0, N > 0, M > 0 {
+    return (write_slots(cache, value, slots, 0), write_slots(cache, value, slots, 4),
+            write_slots(cache, value, slots, -1))
 }
 
 pub entry write_one<B: Dim, H: Dim, S: Dim, D: Dim>(
@@ -234,6 +249,22 @@ def test_write_at(program, at: int) -> None:  # type: ignore[no-untyped-def]
     cache, value = data(19, "f32", (2, 3, 6, 4)), data(20, "f32", (2, 3, 1, 4))
     arrays = [cache, value, np.array(at, np.int32)]
     run_case(program, "write_one", arrays, ["f32", "f32", "i32"], "std.nn.cache::write_at")
+
+
+def test_write_rows(program) -> None:  # type: ignore[no-untyped-def]
+    """Each row at its own position; positions outside the cache write nothing."""
+    cache, value = data(21, "f32", (4, 3, 6, 4)), data(22, "f32", (4, 3, 1, 4))
+    at = np.array([0, 5, -1, 6], np.int32)
+    run_case(program, "rows", [cache, value, at], ["f32", "f32", "i32"], "std.nn.cache::write_rows")
+
+
+@pytest.mark.parametrize("slots", [[2, 0], [3, -1], [-2, 4], [1]])
+def test_write_slots_at_constant_positions(program, slots: list[int]) -> None:  # type: ignore[no-untyped-def]
+    """Listed rows written from 0, from inside, and from before the cache; slots outside
+    the rows write nothing."""
+    cache, value = data(23, "f32", (4, 3, 6, 4)), data(24, "f32", (len(slots), 3, 3, 4))
+    arrays = [cache, value, np.array(slots, np.int32)]
+    run_case(program, "slotted", arrays, ["f32", "f32", "i32"], "std.nn.cache::write_slots")
 
 
 @pytest.mark.parametrize("span", [2, 4, 7])

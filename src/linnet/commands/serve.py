@@ -1,16 +1,20 @@
 """`linnet serve` and `linnet generate`: a decoder, its tokenizer, text in and text out.
 
-Both load the same way: `--source FILE` (a `.linnet` file or package whose root
-block has the `prefill_slots` / `decode_rows` entries, like examples/01-llama),
-`--weights` (SafeTensors file or folder), `--tokenizer DIR` (a folder with
-`tokenizer.json`), generics from `--generics FILE.json` and/or `--bind G=V`
-(the cache's `Batch` rows and `MaxSeq` positions among them), `--backend torch`
-(default; `--device`) or `onnx`. Model cards (`linnet.nest`) will replace the
-first four options.
+Both load a model card (`linnet serve CARD`, `linnet.nest`: a folder with a
+`nest.toml`, or a transformers folder of a known family, converted on the fly)
+or, without one, `--source FILE` (a `.linnet` file or package whose root block
+has the `prefill_slots` / `decode_rows` entries, like examples/01-llama),
+`--weights` (SafeTensors file or folder) and `--tokenizer DIR` (a folder with
+`tokenizer.json`). With a card, `--weights` and `--tokenizer` override its own.
+Generics come from the card, then `--generics FILE.json`, then `--bind G=V`
+(the cache's `Batch` rows and `MaxSeq` positions among them); `--backend torch`
+(default; `--device`) or `onnx`.
 
 `serve` runs the OpenAI-compatible server (`linnet.serve.server`) on
 `--host` (default 127.0.0.1: reachable from this machine only) and `--port`;
-`--api-key KEY` or `$LINNET_API_KEY` requires `Authorization: Bearer KEY`.
+`--api-key KEY` or `$LINNET_API_KEY` requires `Authorization: Bearer KEY`;
+`--warmup N` (default 256, 0: none) lowers every shape for prompts up to N
+tokens before the server starts.
 `generate` streams the completion of `--prompt` to stdout (`--chat` renders it
 through the chat template first) and ends with the token count and tokens/s on
 stderr.
@@ -28,10 +32,12 @@ from typing import Any
 
 from linnet.errors import LinnetError
 
+BACKENDS = ("torch", "onnx")
+
 
 def load_engine(
     source: Path,
-    weights: Path,
+    weights: Path | None,
     generics: Mapping[str, object],
     *,
     backend: str = "torch",
@@ -39,9 +45,41 @@ def load_engine(
     root: str | None = None,
     std: Path | None = None,
 ) -> Any:
-    """An `Engine` over the model, on `backend`."""
+    """An `Engine` over the model of `source` (a `.linnet` file or package, or a model
+    card folder, which fills whatever is left None), on `backend`."""
     from linnet.serve import Engine
 
+    return Engine(_load(source, weights, generics, backend, device, root, std))
+
+
+def load_card_engine(
+    card: Path,
+    generics: Mapping[str, object],
+    *,
+    backend: str = "torch",
+    device: str = "cpu",
+    weights: Path | None = None,
+    tokenizer: Path | None = None,
+) -> tuple[Any, Any, str]:
+    """(`Engine`, `Tokenizer`, the card's name) of a model card or a transformers folder
+    (`linnet.nest.opened`); `weights` and `tokenizer` override the card's."""
+    from linnet.nest import opened
+    from linnet.serve import Engine
+    from linnet.serve.tokenizer import Tokenizer
+
+    with opened(card) as found:
+        folder = tokenizer if tokenizer is not None else found.tokenizer
+        if folder is None:
+            raise LinnetError(f"the card {card} names no tokenizer; pass --tokenizer DIR")
+        words = Tokenizer.from_folder(folder)
+        model = _load(found.folder, weights, generics, backend, device, None, None)
+        return Engine(model), words, found.name
+
+
+def _load(source: Path, weights: Path | None, generics: Mapping[str, object], backend: str,
+          device: str, root: str | None, std: Path | None) -> Any:  # fmt: skip
+    if backend not in BACKENDS:
+        raise LinnetError(f"`--backend` takes `torch` or `onnx`, not `{backend}`")
     if backend == "torch":
         try:
             import linnet.torch as lt
@@ -49,17 +87,13 @@ def load_engine(
             raise LinnetError(
                 "`--backend torch` needs PyTorch (pip install 'linnet-lang[torch]')"
             ) from None
-        model: Any = lt.load(source, generics=generics, weights=weights, root=root, std_root=std,
-                             device=device, compile=True)  # fmt: skip
-    elif backend == "onnx":
-        from linnet.onnx.runtime.model import load_model
+        return lt.load(source, generics=generics, weights=weights, root=root, std_root=std,
+                       device=device, compile=True)  # fmt: skip
+    from linnet.onnx.runtime.model import load_model
 
-        providers = ["CUDAExecutionProvider"] if device.startswith("cuda") else None
-        model = load_model(source, generics=generics, weights=weights, root=root, std_root=std,
-                           providers=providers)  # fmt: skip
-    else:
-        raise LinnetError(f"`--backend` takes `torch` or `onnx`, not `{backend}`")
-    return Engine(model)
+    providers = ["CUDAExecutionProvider"] if device.startswith("cuda") else None
+    return load_model(source, generics=generics, weights=weights, root=root, std_root=std,
+                      providers=providers)  # fmt: skip
 
 
 def read_generics(path: str | None, binds: Mapping[str, str]) -> dict[str, object]:
@@ -77,13 +111,21 @@ def read_generics(path: str | None, binds: Mapping[str, str]) -> dict[str, objec
     return generics
 
 
-def run_serve(engine: Any, tokenizer_dir: Path, *, host: str, port: int, api_key: str | None,
-              name: str) -> int:  # fmt: skip
+def run_serve(engine: Any, tokenizer: Any, *, host: str, port: int, api_key: str | None,
+              name: str, warmup: int = 0) -> int:  # fmt: skip
+    """Serve until interrupted; first, with `warmup` > 0, lower every shape the engine
+    calls for prompts up to that many tokens (`Engine.warmup`), so no request waits for
+    a compilation."""
     from linnet.serve.server import Server, serve
-    from linnet.serve.tokenizer import Tokenizer
 
-    tokenizer = Tokenizer.from_folder(tokenizer_dir)
     key = api_key if api_key is not None else os.environ.get("LINNET_API_KEY") or None
+    if warmup > 0:
+        start = time.perf_counter()
+        engine.warmup(range(1, min(warmup, engine.max_seq) + 1))
+        sys.stderr.write(
+            f"linnet serve: every shape for prompts up to {min(warmup, engine.max_seq)} tokens "
+            f"lowered in {time.perf_counter() - start:.1f} s\n"
+        )
     server = Server(engine, tokenizer, model_name=name, api_key=key)
     auth = "an API key required" if key else "no API key"
     sys.stderr.write(
@@ -94,12 +136,10 @@ def run_serve(engine: Any, tokenizer_dir: Path, *, host: str, port: int, api_key
     return 0
 
 
-def run_generate(engine: Any, tokenizer_dir: Path, prompt: str, *, chat: bool, max_tokens: int,
+def run_generate(engine: Any, tokenizer: Any, prompt: str, *, chat: bool, max_tokens: int,
                  temperature: float, seed: int | None) -> int:  # fmt: skip
     from linnet.serve import Request, TokenEvent
-    from linnet.serve.tokenizer import Tokenizer
 
-    tokenizer = Tokenizer.from_folder(tokenizer_dir)
     if not engine.eos:
         engine.eos = tokenizer.eos_ids
     if chat:

@@ -6,7 +6,11 @@ decoder whose root block has the continuous-batching entries of the examples:
 - `prefill_slots<M, S>(tokens [M, S], slots [M], lengths [M]) -> [M, Vocab]`
 - `decode_rows(tokens [Batch, 1], positions [Batch]) -> [Batch, Vocab]`
 
-and the generics `Batch` (cache rows) and `MaxSeq` (cache positions). `decoder_for`
+and, when it has it (the Llama example does), the engine on `linnet.torch` decodes through
+
+- `decode_slots<M>(tokens [M, 1], slots [M], positions [M]) -> [M, Vocab]`
+
+instead, which computes only the `M` rows it names; and the generics `Batch` (cache rows) and `MaxSeq` (cache positions). `decoder_for`
 wraps a `linnet.torch.LinnetModule` (`TorchDecoder`: inputs go to the module's
 device, logits stay there, sampling runs as torch ops) or a
 `linnet.onnx.load_model` model (`OnnxDecoder`: logits come back as NumPy,
@@ -27,6 +31,7 @@ from linnet.serve.sampling import Choice, choose_numpy
 
 Array = np.ndarray[Any, Any]
 ENTRIES = ("prefill_slots", "decode_rows")
+SLOTTED = "decode_slots"
 
 
 class Decoder(Protocol):
@@ -35,9 +40,12 @@ class Decoder(Protocol):
     rows: int
     max_seq: int
     description: str
+    slotted: bool
+    """Whether the model has `decode_slots` (see the module docstring)."""
 
     def prefill(self, tokens: Array, slots: Array, lengths: Array) -> Any: ...
     def decode(self, tokens: Array, positions: Array) -> Any: ...
+    def decode_slots(self, tokens: Array, slots: Array, positions: Array) -> Any: ...
     def choose(
         self, logits: Any, members: Sequence[int], choices: Sequence[Choice]
     ) -> list[tuple[int, TokenLogprob | None]]: ...
@@ -89,6 +97,7 @@ class TorchDecoder:
         self.torch = torch
         self.module = module
         self.rows, self.max_seq = batching_shape(module.linnet_model, rows, max_seq)
+        self.slotted = SLOTTED in module.linnet_model.entries
         self.device = next(iter(module.buffers()), torch.zeros(())).device
         self.description = f"linnet.torch on {self.device}"
 
@@ -103,6 +112,9 @@ class TorchDecoder:
 
     def decode(self, tokens: Array, positions: Array) -> Any:
         return self._entry("decode_rows", [tokens, positions])
+
+    def decode_slots(self, tokens: Array, slots: Array, positions: Array) -> Any:
+        return self._entry(SLOTTED, [tokens, slots, positions])
 
     def choose(
         self, logits: Any, members: Sequence[int], choices: Sequence[Choice]
@@ -134,6 +146,10 @@ class OnnxDecoder:
     def __init__(self, model: Any, rows: int | None, max_seq: int | None) -> None:
         self.model = model
         self.rows, self.max_seq = batching_shape(model.model, rows, max_seq)
+        # Not `decode_slots`: ONNX Runtime runs its `write_slots` as selects over the
+        # whole cache (no in-place scatter as for `write_rows`), measured slower than
+        # `decode_rows` over every row (bench/serve.py).
+        self.slotted = False
         names = ", ".join(p if isinstance(p, str) else p[0] for p in model.providers)
         self.description = f"ONNX Runtime ({names})"
 
@@ -142,6 +158,9 @@ class OnnxDecoder:
 
     def decode(self, tokens: Array, positions: Array) -> Any:
         return self.model.run_entry("decode_rows", [tokens, positions])
+
+    def decode_slots(self, tokens: Array, slots: Array, positions: Array) -> Any:
+        return self.model.run_entry(SLOTTED, [tokens, slots, positions])
 
     def choose(
         self, logits: Any, members: Sequence[int], choices: Sequence[Choice]

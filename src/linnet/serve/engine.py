@@ -13,8 +13,11 @@ Every cache row holds at most one request. Each `step`:
    `max_prefill_tokens`, is one `prefill_slots` call whose member count is padded
    to a power of two with members whose slot lists no row (they write nothing);
    each admitted request's first token comes from its prefill logits;
-2. runs one `decode_rows` over every row, each active row at its own position
-   (free rows compute logits nobody reads), and picks every active row's next token.
+2. runs one decode step, each active row at its own position, and picks every
+   active row's next token: `decode_slots` over the active rows when the model has
+   it (their count padded to a power of two with members that write nowhere, so
+   few shapes are lowered), else `decode_rows` over every row (free rows compute
+   logits nobody reads).
 
 A request leaves its row when it reaches `max_new_tokens`, an eos token or a stop
 sequence, or is cancelled; the row is free for the next step's admissions. Rows
@@ -184,9 +187,10 @@ class Engine:
         self.stats = Stats()
 
     def warmup(self, prompt_lengths: Iterable[int] | None = None) -> None:
-        """Lower every shape the engine calls: `decode_rows`, and `prefill_slots` for each
-        member count and prompt bucket (those of `prompt_lengths`, default all). Runs
-        on an idle engine and leaves it reset."""
+        """Lower every shape the engine calls: the decode entry (`decode_slots` for each
+        member count) and `prefill_slots` for each member count and prompt bucket
+        (those of `prompt_lengths`, default all). Runs on an idle engine and leaves it
+        reset."""
         if self.busy:
             raise LinnetError("Engine.warmup runs on an idle engine; requests are queued")
         lengths = range(1, self.max_seq + 1) if prompt_lengths is None else prompt_lengths
@@ -203,7 +207,17 @@ class Engine:
                 if size >= self.rows:
                     break
                 members = size * 2
-        self.decoder.decode(np.zeros((self.rows, 1), np.int32), np.zeros(self.rows, np.int32))
+        if self.decoder.slotted:
+            size = 1
+            while True:
+                empty = np.zeros(size, np.int32)
+                self.decoder.decode_slots(empty[:, None], -1 - np.arange(size, dtype=np.int32),
+                                          empty)  # fmt: skip
+                if size >= self.rows:
+                    break
+                size = min(size * 2, self.rows)
+        else:
+            self.decoder.decode(np.zeros((self.rows, 1), np.int32), np.zeros(self.rows, np.int32))
         self.reset()
 
     def load_weights(self, weights: Any, bindings: Any = None) -> None:
@@ -248,16 +262,29 @@ class Engine:
         self._pick(logits, list(range(len(members))), members)
 
     def _decode(self) -> None:
-        tokens = np.zeros((self.rows, 1), np.int32)
-        positions = np.zeros(self.rows, np.int32)
         members = sorted(self._active.values(), key=lambda live: live.row)
-        for live in members:
-            tokens[live.row, 0] = live.generated[-1]
-            positions[live.row] = live.position
-        logits = self.decoder.decode(tokens, positions)
+        if self.decoder.slotted:
+            size = bucket(len(members), 1, self.rows)
+            tokens = np.zeros((size, 1), np.int32)
+            slots = -1 - np.arange(size, dtype=np.int32)  # padding members write nowhere
+            positions = np.zeros(size, np.int32)
+            for m, live in enumerate(members):
+                tokens[m, 0] = live.generated[-1]
+                slots[m] = live.row
+                positions[m] = live.position
+            logits = self.decoder.decode_slots(tokens, slots, positions)
+            index = list(range(len(members)))
+        else:
+            tokens = np.zeros((self.rows, 1), np.int32)
+            positions = np.zeros(self.rows, np.int32)
+            for live in members:
+                tokens[live.row, 0] = live.generated[-1]
+                positions[live.row] = live.position
+            logits = self.decoder.decode(tokens, positions)
+            index = [live.row for live in members]
         self.stats.decode_calls += 1
         self.stats.busy_rows += len(members)
-        self._pick(logits, [live.row for live in members], members)
+        self._pick(logits, index, members)
 
     def _pick(self, logits: Any, index: list[int], members: list[_Live]) -> None:
         vocab = int(logits.shape[-1])

@@ -1,7 +1,9 @@
 """The OpenAI-compatible HTTP server: `/v1/completions`, `/v1/chat/completions`, streaming.
 
 Stage: the outermost layer of `linnet.serve` (issue 14), on FastAPI and uvicorn.
-`create_app(engine, tokenizer, ...)` builds the ASGI app; `serve(...)` runs it.
+`create_app(engine, tokenizer, ...)` builds the ASGI app; `serve(...)` runs it;
+`background(server)` runs it on a thread of this process for a `with` block (the
+demo, the benchmark and the tests).
 
 Routes: `GET /health` (200, or 500 once the engine has failed), `GET /v1/models`,
 `POST /v1/completions`, `POST /v1/chat/completions`, the last two also as
@@ -22,11 +24,14 @@ that disconnects, streaming or not, has its requests cancelled and their rows fr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
+import socket
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +40,7 @@ from fastapi import Request as HttpRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from linnet.errors import LinnetError
 from linnet.serve.engine import Engine
 from linnet.serve.protocol import ApiError, Job, Limits, parse_body, parse_job
 from linnet.serve.requests import Request, TokenEvent, TokenLogprob
@@ -399,3 +405,33 @@ def serve(
     config = uvicorn.Config(create_app(server), host=host, port=port, log_level="warning",
                             timeout_keep_alive=5)  # fmt: skip
     uvicorn.Server(config).run(sockets=sockets)
+
+
+@contextlib.contextmanager
+def background(
+    server: Server, *, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0
+) -> Iterator[str]:
+    """Serve `server` with uvicorn on a thread of this process while the block runs; yields
+    the base URL (`http://127.0.0.1:PORT`). The socket is bound before uvicorn starts
+    (`port=0`: a free port), and the server and its engine worker stop at the end."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(server), log_level="warning", timeout_keep_alive=5)
+    instance = uvicorn.Server(config)
+    thread = threading.Thread(target=instance.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while not instance.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise LinnetError(f"the server on {host}:{bound} did not start")
+            time.sleep(0.02)
+        yield f"http://{host}:{bound}"
+    finally:
+        instance.should_exit = True
+        thread.join(timeout=timeout)
+        sock.close()

@@ -505,11 +505,44 @@ def _prepare(
     return text
 
 
+CACHE_WRITES = frozenset({"std.nn.cache::write_rows", "std.nn.cache::write_slots"})
+COPYING = frozenset({"gather"})  # ops whose result never aliases their operand
+
+
+def donated_states(fn: Function) -> frozenset[Value]:
+    """State reads that a top-level cache write may update in place: the path is read
+    once, the write is the read's last use (nothing reads the old cache after it,
+    nested regions included) and takes it only as its cache, every earlier use copies
+    (a view of the old cache would see the write), and the old value is neither a
+    result nor a state's new value."""
+    reads: dict[str, list[Value]] = {}
+    for op in walk(fn.body):
+        if op.kind == "state":
+            reads.setdefault(str(op.attrs["path"]), []).append(op.results[0])
+    once = {found[0] for found in reads.values() if len(found) == 1}
+    kept = set(fn.results) | set(fn.state_updates.values())
+    uses: dict[Value, list[Op]] = {}
+    for op in fn.body.ops:
+        for value in free_values(op) & once:
+            uses.setdefault(value, []).append(op)
+    return frozenset(
+        value
+        for value, (*earlier, op) in uses.items()
+        if op.kind == "call"
+        and op.attrs.get("callee") in CACHE_WRITES
+        and op.operands[0] is value
+        and value not in op.operands[1:]
+        and value not in kept
+        and all(use.kind in COPYING for use in earlier)
+    )
+
+
 def generate(
     fn: Function, device: torch.device, *, hoist_weights: bool, natives: bool = True
 ) -> Generated:
     """Python source for `fn` and the compiled callables (see the module docstring)."""
     context = Context.of(walk(fn.body), device)
+    context.donated = donated_states(fn)
     plan = hoist(fn, weights=hoist_weights)
     namer = Namer(_RESERVED)
     globals_: dict[str, Any] = {

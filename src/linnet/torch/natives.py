@@ -26,7 +26,15 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.quant::linear_int8`, `linear_int4_groups` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.nn.cache::write_at` | `index_copy` of the one row (out of place) |
 | `std.nn.cache::write_span` at a constant position | the cache slices and the span, concatenated |
+| `std.nn.cache::write_rows` | one copy of the cache, each row's position assigned by index |
+| `std.nn.cache::write_slots` at a constant position | one copy of the cache, the listed rows assigned by index |
 | `std.nn.parallel::{all_reduce, all_gather, shared}`, when a tensor-parallel load marked them | collectives over the ranks (`linnet.torch.parallel`) |
+
+A cache write whose cache is a state read that nothing uses afterwards
+(`Context.donated`, found by the code generator) writes into the state's
+tensor in place instead of copying it: a decode step then moves only the rows
+and positions it writes. Without autograd only; otherwise, and in the
+interpreter, the copy stays.
 
 `std.nn.activations::gelu` (the tanh form) keeps its canonical body: stdlib.md
 names `F.gelu(approximate="tanh")`, but its CPU kernel is not within one
@@ -441,6 +449,115 @@ def write_at(cache: torch.Tensor, value: torch.Tensor, at: torch.Tensor) -> torc
     return cache.index_copy(2, index, row)
 
 
+def write_rows(cache: torch.Tensor, value: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """stdlib.md 10 `write_rows`: a copy of the cache with row `b`'s position `at[b]`
+    replaced; a position outside the cache writes nothing (its old value is written
+    back, so no host sync is needed)."""
+    size = cache.shape[2]
+    index = torch.clamp(at, 0, size - 1).to(torch.int64)
+    inside = ((at >= 0) & (at < size)).reshape(-1, 1, 1)
+    rows = torch.arange(cache.shape[0], device=cache.device)
+    out = cache.clone()
+    out[rows, :, index] = torch.where(inside, value[:, :, 0], cache[rows, :, index])
+    return out
+
+
+def write_slots(
+    cache: torch.Tensor, value: torch.Tensor, slots: torch.Tensor, start: int
+) -> torch.Tensor:
+    """stdlib.md 10 `write_slots` at a known position: a copy of the cache whose rows
+    `slots[m]` get `value[m]` at positions `start .. start + N` (clipped to the cache).
+    A slot outside the rows writes nothing: it is routed to one extra row past the
+    end, dropped afterwards, so no host sync is needed. Slots must be distinct, as
+    the spec requires (duplicates are undefined there)."""
+    rows, size, count = cache.shape[0], cache.shape[2], value.shape[2]
+    low, high = max(start, 0), min(start + count, size)
+    if low >= high:
+        return cache
+    inside = (slots >= 0) & (slots < rows)
+    index = torch.where(inside, slots, rows).to(torch.int64)
+    out = torch.cat((cache, cache[:1]), dim=0)
+    out[index, :, low:high] = value[:, :, low - start : high - start]
+    return out[:rows]
+
+
+def _in_place(cache: torch.Tensor, value: torch.Tensor) -> bool:
+    """Whether a donated cache may be written in place: no autograd graph involved."""
+    return not (torch.is_grad_enabled() and (cache.requires_grad or value.requires_grad))
+
+
+def write_rows_in_place(cache: torch.Tensor, value: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """`write_rows` into `cache` itself (a donated state); see `write_rows`."""
+    if not _in_place(cache, value):
+        return write_rows(cache, value, at)
+    size = cache.shape[2]
+    index = torch.clamp(at, 0, size - 1).to(torch.int64)
+    inside = ((at >= 0) & (at < size)).reshape(-1, 1, 1)
+    rows = torch.arange(cache.shape[0], device=cache.device)
+    cache[rows, :, index] = torch.where(inside, value[:, :, 0], cache[rows, :, index])
+    return cache
+
+
+def write_slots_in_place(
+    cache: torch.Tensor, value: torch.Tensor, slots: torch.Tensor, start: int
+) -> torch.Tensor:
+    """`write_slots` into `cache` itself (a donated state) on the CPU, where picking the
+    slots inside the rows costs no device sync; see `write_slots`."""
+    if cache.device.type != "cpu" or not _in_place(cache, value):
+        return write_slots(cache, value, slots, start)
+    rows, size, count = cache.shape[0], cache.shape[2], value.shape[2]
+    low, high = max(start, 0), min(start + count, size)
+    if low >= high:
+        return cache
+    inside = (slots >= 0) & (slots < rows)
+    cache[slots[inside].to(torch.int64), :, low:high] = value[inside][
+        :, :, low - start : high - start
+    ]
+    return cache
+
+
+def find_write_rows(op: Op, context: Context) -> Native | None:
+    if len(op.operands) != 3:
+        return None
+    cache, value, at = (v.type for v in op.operands)
+    if cache.rank != 4 or op.results[0].type != cache:
+        return None
+    if at != TensorType((cache.shape[0],), "i32"):
+        return None
+    if value != TensorType((cache.shape[0], cache.shape[1], 1, cache.shape[3]), cache.dtype):
+        return None
+    kernel = "write_rows_in_place" if op.operands[0] in context.donated else "write_rows"
+    return Native(
+        "std.nn.cache::write_rows",
+        globals()[kernel],
+        lambda a: f"natives.{kernel}({a[0]}, {a[1]}, {a[2]})",
+    )
+
+
+def find_write_slots(op: Op, context: Context) -> Native | None:
+    if len(op.operands) != 4:
+        return None
+    cache, value, slots, at = (v.type for v in op.operands)
+    known = context.known(op.operands[3])
+    if known is None or at != TensorType((), "i32") or cache.rank != 4 or value.rank != 4:
+        return None
+    if cache.dtype != value.dtype or op.results[0].type != cache:
+        return None
+    if slots != TensorType((value.shape[0],), "i32"):
+        return None
+    if (cache.shape[1], cache.shape[3]) != (value.shape[1], value.shape[3]):
+        return None
+    start = int(known)
+    donated = op.operands[0] in context.donated
+    write = write_slots_in_place if donated else write_slots
+    kernel = "write_slots_in_place" if donated else "write_slots"
+    return Native(
+        "std.nn.cache::write_slots",
+        lambda c, v, s, _at: write(c, v, s, start),
+        lambda a: f"natives.{kernel}({a[0]}, {a[1]}, {a[2]}, {start})",
+    )
+
+
 def find_write_at(op: Op, context: Context) -> Native | None:
     if len(op.operands) != 3:
         return None
@@ -502,6 +619,8 @@ FINDERS: dict[str, Finder] = {
     "std.quant::linear_int4_groups": _find_quantised_linear(
         "std.quant::linear_int4_groups", linear_int4_groups, (4, 5)
     ),
+    "std.nn.cache::write_rows": find_write_rows,
+    "std.nn.cache::write_slots": find_write_slots,
 }
 
 

@@ -52,6 +52,8 @@ class Context:
         self.device = device
         self.constants: Mapping[Value, np.ndarray[Any, Any]] = constants or {}
         self.producers: Mapping[Value, Op] = producers or {}
+        # State reads a cache write may update in place (`linnet.torch.codegen.donated_states`)
+        self.donated: frozenset[Value] = frozenset()
 
     @classmethod
     def of(cls, ops: Iterable[Op], device: torch.device) -> Context:

@@ -23,6 +23,7 @@ from linnet.weights.bind import (
     require_no_weights,
     save_safetensors,
     specs_from_model,
+    weight_problems,
 )
 
 __all__ = [
@@ -41,4 +42,5 @@ __all__ = [
     "require_no_weights",
     "save_safetensors",
     "specs_from_model",
+    "weight_problems",
 ]

@@ -58,6 +58,7 @@ __all__ = [
     "read_safetensors",
     "save_safetensors",
     "specs_from_model",
+    "weight_problems",
 ]
 
 BINDINGS_NAME = "bindings.json"
@@ -191,6 +192,41 @@ def bind_weights(
     (['w'], [])
     """
     checkpoint = open_checkpoint(source)
+    bound, groups, problems = _match(specs, checkpoint, bindings, cast_dtype, strict)
+    _raise_if_any(problems, checkpoint)
+    arrays = _load(specs, bound, checkpoint)
+    return BoundWeights(
+        arrays=arrays,
+        present=frozenset(p for p in bound if specs[p].optional or specs[p].group is not None),
+        present_groups=frozenset(g for g, ok in groups.items() if ok),
+        groups=frozenset(groups),
+        names=dict(bound),
+    )
+
+
+def weight_problems(
+    specs: Mapping[str, TensorSpec],
+    source: CheckpointSource,
+    *,
+    bindings: Bindings | Mapping[str, str] | str | os.PathLike[str] | None = None,
+    cast_dtype: bool = False,
+    strict: bool = True,
+) -> list[str]:
+    """Every problem `bind_weights` would raise for, as a list, reading headers only
+    (no tensor is loaded); empty when the weights bind. A checkpoint or bindings file
+    that cannot be opened still raises `LinnetError`."""
+    checkpoint = open_checkpoint(source)
+    return _match(specs, checkpoint, bindings, cast_dtype, strict)[2]
+
+
+def _match(
+    specs: Mapping[str, TensorSpec],
+    checkpoint: Checkpoint,
+    bindings: Bindings | Mapping[str, str] | str | os.PathLike[str] | None,
+    cast_dtype: bool,
+    strict: bool,
+) -> tuple[dict[str, str], dict[str, bool], list[str]]:
+    """(path -> the checkpoint name it binds, optional sub presence, every problem)."""
     rules = _bindings_for(bindings, checkpoint)
     names = {path: rules.resolve(path) for path in specs}
     for path, spec in specs.items():
@@ -206,15 +242,7 @@ def bind_weights(
     problems = _problems(specs, names, bound, checkpoint, cast_dtype, renamed)
     if strict:
         problems += _strict_problems(specs, names, groups, checkpoint, rules, set(renamed.values()))
-    _raise_if_any(problems, checkpoint)
-    arrays = _load(specs, bound, checkpoint)
-    return BoundWeights(
-        arrays=arrays,
-        present=frozenset(p for p in bound if specs[p].optional or specs[p].group is not None),
-        present_groups=frozenset(g for g, ok in groups.items() if ok),
-        groups=frozenset(groups),
-        names=dict(bound),
-    )
+    return bound, groups, problems
 
 
 def _bindings_for(

@@ -259,7 +259,7 @@ class OnnxModel:
                 continue
             fresh = ortvalue(host.copy(), t.type.dtype, self.device)
             self.weights[path] = fresh
-            for session in self._sessions.values():
+            for session in self.sessions:  # the dynamic ones too
                 session.rebind_weight(path, fresh)
 
     def _drop_sessions_holding(self, path: str) -> None:
