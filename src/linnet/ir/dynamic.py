@@ -223,6 +223,7 @@ class _Matcher:
         self.check = dict(zip(names, check, strict=True))
         self.dims = DynamicShapes(names, {}, {}, {}, {}, {}, {})
         self.fitter = GridFit(names, grid)
+        self.fitted: dict[tuple[int, ...], Dim] = {}  # most sizes repeat: B, S, B * S
         self.corr: list[dict[Value, Value]] = []
 
     def run(self, fns: list[Function]) -> DynamicShapes:
@@ -258,6 +259,8 @@ class _Matcher:
         for k, v in enumerate(values):
             self.corr[k][v] = first
         types = [v.type for v in values]
+        if all(t == first.type for t in types):
+            return  # no axis varies
         if any(t.dtype != first.type.dtype or t.rank != first.type.rank for t in types):
             raise self.differs(what, "the type of a value")
         shape = tuple(
@@ -377,8 +380,16 @@ class _Matcher:
     # -- fitting ---------------------------------------------------------------------------
 
     def fit(self, values: list[int], what: str) -> Dim:
-        if all(v == values[0] for v in values):
-            return values[0]
+        first = values[0]
+        if all(v == first for v in values):
+            return first
+        key = tuple(values)
+        found = self.fitted.get(key)
+        if found is None:
+            found = self.fitted[key] = self._fit(values, what)
+        return found
+
+    def _fit(self, values: list[int], what: str) -> Dim:
         table = dict(zip(self.points, values[:-1], strict=True))
         poly = self.fitter(table)
         expected = poly.exact(self.check) if isinstance(poly, Poly) else poly

@@ -8,7 +8,7 @@ keep it, other ops to replace it, or `[]` after `replace(...)`-ing its results
 by values that dominate them. Nested regions are rewritten before the op that
 holds them is visited, and `enter`/`leave` bracket each region so a pass can
 keep scoped tables (a nested region may read enclosing values, never a
-sibling's).
+sibling's). A `settled` region (closed, already optimised) is left as it is.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ class Rewriter:
         """Called after the ops of `region` are visited."""
 
     def region(self, region: Region, owner: Op | None = None) -> Region:
+        if region.settled:  # closed and already at the passes' fixed point
+            return region
         self.enter(region, owner)
         ops: list[Op] = []
         for op in region.ops:
