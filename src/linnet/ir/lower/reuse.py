@@ -105,17 +105,19 @@ def _settle(region: Region) -> Region:
 def clone_region(region: Region, mapping: dict[Value, Value]) -> Region:
     """`region` with fresh values (same types and names) and fresh ops; `mapping` maps the
     old values to the new (values of enclosing regions not in it are read as they are)."""
-    args = tuple(_fresh(v, mapping) for v in region.args)
+    get = mapping.get
+    args = []
+    for v in region.args:
+        new = mapping[v] = Value(v.type, v.name)
+        args.append(new)
     ops = []
     for op in region.ops:
-        regions = tuple(clone_region(r, mapping) for r in op.regions)
-        operands = tuple(mapping.get(v, v) for v in op.operands)
-        results = tuple(_fresh(v, mapping) for v in op.results)
-        ops.append(Op(op.kind, operands, results, dict(op.attrs), regions))
-    results = tuple(mapping.get(v, v) for v in region.results)
-    return Region(args, ops, results, settled=region.settled)
-
-
-def _fresh(value: Value, mapping: dict[Value, Value]) -> Value:
-    new = mapping[value] = Value(value.type, value.name)
-    return new
+        regions = tuple([clone_region(r, mapping) for r in op.regions]) if op.regions else ()
+        made = []
+        for v in op.results:
+            new = mapping[v] = Value(v.type, v.name)
+            made.append(new)
+        operands = tuple([get(v, v) for v in op.operands])
+        ops.append(Op(op.kind, operands, tuple(made), dict(op.attrs), regions))
+    results = tuple([get(v, v) for v in region.results])
+    return Region(tuple(args), ops, results, settled=region.settled)

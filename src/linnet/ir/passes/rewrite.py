@@ -49,12 +49,18 @@ class Rewriter:
             return region
         self.enter(region, owner)
         ops: list[Op] = []
+        subst = self.subst
         for op in region.ops:
-            regions = tuple(self.region(r, op) for r in op.regions)
-            operands = tuple(self.get(v) for v in op.operands)
-            if operands != op.operands or any(
-                new is not old for new, old in zip(regions, op.regions, strict=True)
-            ):
+            rebuilt = False
+            regions = op.regions
+            if regions:
+                regions = tuple([self.region(r, op) for r in op.regions])
+                rebuilt = any(new is not old for new, old in zip(regions, op.regions, strict=True))
+            operands = op.operands
+            if subst and any(v in subst for v in operands):
+                operands = tuple([self.get(v) for v in operands])
+                rebuilt = True
+            if rebuilt:
                 op = Op(op.kind, operands, op.results, dict(op.attrs), regions)
             ops.extend(self.visit(op))
         self.leave(region, owner)
