@@ -19,6 +19,7 @@ from lower_support import bound, execute, lowered, t, weights
 from linnet.ir.core import Function, Region
 from linnet.ir.interp import run_function
 from linnet.ir.lower import reuse
+from linnet.ir.lower.context import Frame, Lowerer
 from linnet.ir.lower.values import LV
 from linnet.ir.passes import optimize
 from linnet.ir.printer import print_function
@@ -58,29 +59,45 @@ def llama(entry: str, generics: dict[str, object]) -> Function:
     return fn
 
 
-@pytest.mark.parametrize(("entry", "generics"), [("prefill", {"S": 5}), ("decode", {})])
-def test_llama_lowers_to_the_same_ir_with_and_without_the_cache(
+class NotReplayed(reuse.InlineCache):
+    """The method cache switched off: every method body is inlined afresh."""
+
+    def key(self, lw: Lowerer, frame: Frame, params: tuple[LV, ...]) -> Hashable | None:
+        return None
+
+
+def switch_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("linnet.ir.lower.context.RegionCache", Uncached)
+    monkeypatch.setattr("linnet.ir.lower.context.InlineCache", NotReplayed)
+
+
+@pytest.mark.parametrize(
+    ("entry", "generics"), [("prefill", {"S": 5}), ("decode", {}), ("forward", {"B": 2, "S": 3})]
+)
+def test_llama_lowers_to_the_same_ir_with_and_without_the_caches(
     monkeypatch: pytest.MonkeyPatch, entry: str, generics: dict[str, object]
 ) -> None:
-    hits = []
-    real_get = reuse.RegionCache.get
+    replays = []
+    real = reuse.InlineCache._replay
 
-    def counting_get(self: reuse.RegionCache, key: Hashable) -> tuple[Region, LV] | None:
-        found = real_get(self, key)
-        hits.append(found is not None)
-        return found
+    def counting(self: reuse.InlineCache, *args: Any) -> LV:
+        replays.append(args[1].instance.dotted)
+        return real(self, *args)
 
-    monkeypatch.setattr(reuse.RegionCache, "get", counting_get)
+    monkeypatch.setattr(reuse.InlineCache, "_replay", counting)
     cached = llama(entry, generics)
-    assert sum(hits) > len(hits) // 2  # most op calls of a layer stack are clones
+    # Layers 1 and 2 replay layer 0's body (state writes of the cache included).
+    assert {"model.layers.1", "model.layers.2"} <= set(replays)
+    assert "model.layers.0" not in replays  # the first is inlined (its linears may replay)
     calls = [op for op in walk(cached.body) if op.kind == "call"]
-    assert all(op.regions[0].settled for op in calls)
-    monkeypatch.setattr("linnet.ir.lower.context.RegionCache", Uncached)
+    assert calls and all(op.regions[0].settled for op in calls)
+    switch_off(monkeypatch)
     fresh = llama(entry, generics)
     assert not any(op.regions[0].settled for op in walk(fresh.body) if op.kind == "call")
     fast, reference = optimize(cached, check=True), optimize(fresh, check=True)
     assert print_function(fast) == print_function(reference)
-    # Clones share no value: each region defines its own.
+    assert list(cached.state_updates) == list(fresh.state_updates)
+    # Clones share no value: each op defines its own.
     defined = [v for op in walk(fast.body) for v in op.results]
     assert len(defined) == len(set(defined))
 
@@ -153,3 +170,58 @@ def test_regions_reading_params_or_of_other_signatures_are_not_shared() -> None:
     np.testing.assert_allclose(out, expected, rtol=1e-5)
     (again,), _ = run_function(optimize(fn), w, {}, [x, y])
     np.testing.assert_array_equal(out, again)
+
+
+DENSE = """
+module t
+
+pub block Dense<In: Dim, Out: Dim> {
+    param weight: Tensor[Out, In; f32]
+    param bias: Tensor[Out; f32]? = none
+
+    pub fn forward<B: Dim>(x: Tensor[B, In; f32]) -> Tensor[B, Out; f32] {
+        let y[b, o] = sum[i] x[b, i] * weight[o, i]
+        return match bias {
+            some(c) => y + c
+            none => y
+        }
+    }
+}
+
+pub block Mlp<H: Dim, Depth: Dim> {
+    sub hidden: [Dense<H, H>; Depth]
+
+    pub entry forward<B: Dim>(x: Tensor[B, H; f32]) -> Tensor[B, H; f32] {
+        var h = x
+        static for layer in hidden {
+            h = max(layer.forward(h), 0.0)
+        }
+        return h
+    }
+}
+"""
+
+
+def test_a_layer_without_its_optional_bias_is_not_a_replay_of_one_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = bound(DENSE, {"H": 3, "Depth": 4}, root="Mlp")
+    rng = np.random.default_rng(1)
+    w = weights(model, rng)
+    present = set(w) - {"hidden.1.bias"}
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    fn = lowered(model, "forward", [t((2, 3))], present)
+    read = [op.attrs["path"] for op in fn.body.ops if op.kind == "param"]
+    assert "hidden.1.bias" not in read
+    assert {"hidden.0.bias", "hidden.2.bias", "hidden.3.bias"} <= set(read)
+    (out,), _ = execute(fn, [x], {p: w[p] for p in present})
+    h = x.astype(np.float64)
+    for i in range(4):
+        h = h @ w[f"hidden.{i}.weight"].T.astype(np.float64)
+        if i != 1:
+            h = h + w[f"hidden.{i}.bias"]
+        h = np.maximum(h, 0.0)
+    np.testing.assert_allclose(out, h, rtol=1e-5, atol=1e-6)
+    switch_off(monkeypatch)
+    fresh = lowered(model, "forward", [t((2, 3))], present)
+    assert print_function(optimize(fn)) == print_function(optimize(fresh))

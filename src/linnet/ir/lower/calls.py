@@ -67,7 +67,8 @@ def lower_call(lw: Lowerer, fr: Frame, call: ast.Call) -> LV:
         frame.locals[param] = local_value(lw, frame, _plain(arg), param.type)
     if callee.kind == "op" and not lw.program.state_footprint(callee).writes:
         return _op_call(lw, frame)
-    return inline(lw, frame)
+    params = tuple(frame.locals[p] for p in callee.params)
+    return lw.inlines.lower(lw, frame, params, lambda: inline(lw, frame))
 
 
 def _plain(lv: LV) -> LV:
