@@ -1,20 +1,25 @@
-"""`op` call regions lowered once per signature and cloned for every later call.
+"""Lowerings reused: `op` call regions and inlined method bodies, cloned for later calls.
 
-Stage: lowering (`calls._op_call`). A model calls the same `op` many times
-with the same argument types: `linear` 7 times in each of 22 Llama layers,
-`rms_norm` twice per layer. The region of an `op` call (its canonical body,
-section 19) is a function of the callee, its concrete generics (the frame's
-`Env`), its block instance, and the structure and types of its arguments:
-lowering it again for the next layer builds the very same ops. So the first
-lowering is kept and every later call with the same signature gets a clone
-(fresh values, the same ops), which costs a fraction of lowering the body
-again (no checker lookups, no type inference per op).
+Stage: lowering (`calls.lower_call`, `calls._op_call`). A model calls the same
+`op` many times with the same argument types: `linear` 7 times in each of 22
+Llama layers, `rms_norm` twice per layer. The region of an `op` call (its
+canonical body, section 19) is a function of the callee, its concrete
+generics (the frame's `Env`), its block instance, and the structure and types
+of its arguments: lowering it again for the next layer builds the very same
+ops. So the first lowering is kept (`RegionCache`) and every later call with
+the same signature gets a clone (fresh values, the same ops), which costs a
+fraction of lowering the body again (no checker lookups, no type inference).
 
 A kept region is optimised once, on its own, and marked `settled`: the passes
-skip it in every clone (`ir.core.Region`). Only closed regions are kept: a body that reads a value from outside its
-region (a param or state read, which lowering places before the function
-body) depends on more than the signature and is lowered every time. The
-cache lives as long as one `Lowerer` (one entry at one set of sizes).
+skip it in every clone (`ir.core.Region`). Only closed regions are kept: a
+body that reads a value from outside its region (a param or state read, which
+lowering places before the function body) is lowered every time.
+
+Method bodies (`layer.forward`) read their instance's weights and write its
+state, so they are kept relative to the instance instead (`InlineCache`) and
+replayed for another instance of the same shape. Both caches live as long as
+one `Lowerer` (one entry at one set of sizes); `tests/ir/test_lower_reuse.py`
+checks that a lowering with them prints the same optimised IR as one without.
 """
 
 from __future__ import annotations
