@@ -120,11 +120,31 @@ def test_load_model_serves_every_size_with_one_session() -> None:
             expected = reference.forward(torch.from_numpy(tokens)).numpy()
         close(logits, expected)
     assert len(model.sessions) == 1
+    assert model.dynamic_entries == ["forward"]
     with pytest.raises(LinnetError, match=r"constraint S <= Positions does not hold .*S=17"):
         model.run_entry("forward", [np.zeros((1, 17), np.int32)])
     # The entries that write the cache in place keep one session per shape, and still run.
     model.run_entry("prefill", [np.zeros((1, 3), np.int32), np.int32(0)])
     model.run_entry("decode", [np.zeros((1,), np.int32), np.int32(3)])
+    assert model.dynamic_entries == ["forward"]
+
+
+def test_load_model_without_dynamic_sessions_makes_one_per_shape() -> None:
+    generics = EXAMPLE_SIZES["gpt2"]
+    weights = example_weights("gpt2", generics, seed=5)
+    model = load_model(
+        _source("gpt2"), generics=generics, weights=weights, std_root=STDLIB, dynamic=False
+    )
+    reference = lt.load(_source("gpt2"), generics=generics, weights=weights, std_root=STDLIB)
+    vocab = int(str(generics["Vocab"]))
+    for batch, length in [(1, 2), (2, 3)]:
+        tokens = _tokens(vocab, batch, length)
+        with torch.no_grad():
+            expected = reference.forward(torch.from_numpy(tokens)).numpy()
+        close(model.run_entry("forward", [tokens]), expected)
+    assert len(model.sessions) == 2
+    assert model.dynamic_entries == []
+    assert [s.contract.result_types[0].shape[:2] for s in model.sessions] == [(1, 2), (2, 3)]
 
 
 def test_where_clauses_and_shared_generics_are_checked_at_run_time() -> None:

@@ -171,11 +171,17 @@ class Op:
 
 @record(eq=False)
 class Region:
-    """A list of ops with arguments and results; may read values of enclosing regions."""
+    """A list of ops with arguments and results; may read values of enclosing regions.
+
+    `settled` marks a region that reads nothing from outside itself and that the
+    passes have already brought to their fixed point (an `op` call body lowered
+    once and cloned, `linnet.ir.lower.reuse`): the passes leave it as it is.
+    """
 
     args: tuple[Value, ...]
     ops: list[Op]
     results: tuple[Value, ...]
+    settled: bool = False
 
 
 @record(eq=False)

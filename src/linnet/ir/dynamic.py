@@ -30,7 +30,9 @@ be checked at export time and are checked by the runtime wrappers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import gc
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -134,15 +136,34 @@ def lower_dynamic(
         matcher = _Matcher(order, grid, points, tuple(check[n] for n in order))
         return matcher.run(fns)
 
-    try:  # multilinear first (2 values each): what batch and length sizes are
-        dims = attempt(2)
-    except _Unfitted:
-        dims = attempt(POINTS - 1)  # degree 2 in each generic
+    with _collector_paused():
+        try:  # multilinear first (2 values each): what batch and length sizes are
+            dims = attempt(2)
+        except _Unfitted:
+            dims = attempt(POINTS - 1)  # degree 2 in each generic
     dims.samples = {n: tuple(samples[n]) for n in order}
     fn = lowered[tuple(samples[n][0] for n in order)]
     dims.sources = _sources(fn, dims)
     dims.results = fn.results
     return fn, dims
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while the samples are lowered and matched.
+
+    Three to five lowerings of a model stay alive together until they are matched:
+    hundreds of thousands of small objects, none garbage yet, that every collection
+    of the oldest generation would scan again (a third of the export's time at 22
+    Llama layers). Whatever became garbage is collected when it is back on.
+    """
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def _choose_samples(
@@ -223,6 +244,7 @@ class _Matcher:
         self.check = dict(zip(names, check, strict=True))
         self.dims = DynamicShapes(names, {}, {}, {}, {}, {}, {})
         self.fitter = GridFit(names, grid)
+        self.fitted: dict[tuple[int, ...], Dim] = {}  # most sizes repeat: B, S, B * S
         self.corr: list[dict[Value, Value]] = []
 
     def run(self, fns: list[Function]) -> DynamicShapes:
@@ -258,6 +280,8 @@ class _Matcher:
         for k, v in enumerate(values):
             self.corr[k][v] = first
         types = [v.type for v in values]
+        if all(t == first.type for t in types):
+            return  # no axis varies
         if any(t.dtype != first.type.dtype or t.rank != first.type.rank for t in types):
             raise self.differs(what, "the type of a value")
         shape = tuple(
@@ -377,8 +401,16 @@ class _Matcher:
     # -- fitting ---------------------------------------------------------------------------
 
     def fit(self, values: list[int], what: str) -> Dim:
-        if all(v == values[0] for v in values):
-            return values[0]
+        first = values[0]
+        if all(v == first for v in values):
+            return first
+        key = tuple(values)
+        found = self.fitted.get(key)
+        if found is None:
+            found = self.fitted[key] = self._fit(values, what)
+        return found
+
+    def _fit(self, values: list[int], what: str) -> Dim:
         table = dict(zip(self.points, values[:-1], strict=True))
         poly = self.fitter(table)
         expected = poly.exact(self.check) if isinstance(poly, Poly) else poly

@@ -5,7 +5,9 @@ the work by concept: `values` (what an expression lowers to), `context`
 (builders, frames, params and state), `exprs` (operators, names, members,
 `if`, `match`), `calls` (inlining and `op` call regions), `prelude`,
 `index` (comprehensions, reductions, element accesses), `slicing`, `stmts`
-(statements, `static for`, `while`) and `entry` (functions and programs).
+(statements, `static for`, `while`), `entry` (functions and programs) and
+`reuse` (`op` regions and method bodies lowered once and cloned for every
+later call with the same signature: a stack of layers is lowered once).
 
 Lowering never reports user errors on a valid program except two kinds of
 `LinnetError`: inputs that do not fit an entry (from binding), and valid

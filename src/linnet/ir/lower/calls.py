@@ -12,7 +12,8 @@ substitution in the caller's terms, one argument per parameter). Out: an LV.
   (section 19), whose operands are the flattened arguments of every parameter
   in order (defaults included, `none` contributing nothing) and whose region
   is the inlined canonical body; a backend may replace the region with a
-  native kernel (1.2 "Canonical bodies"). An `op` whose footprint assigns
+  native kernel (1.2 "Canonical bodies"). The body is lowered once per
+  signature and cloned for later calls with the same one (`reuse`). An `op` whose footprint assigns
   state is inlined instead, so state updates stay in program order (12.6).
 - Inside index notation a call whose arguments vary over index axes is
   applied elementwise: its parameters are scalars (8.3 bodies are scalar), so
@@ -33,6 +34,7 @@ from linnet.ir.bind import BlockInstance
 from linnet.ir.core import Value
 from linnet.ir.env import Env
 from linnet.ir.lower.context import Frame, Lowerer, local_value, not_supported
+from linnet.ir.lower.reuse import signature_key
 from linnet.ir.lower.values import LV, AxisKey, BlockRef, IxVal, flatten, rebuild
 from linnet.syntax import ast
 
@@ -65,7 +67,8 @@ def lower_call(lw: Lowerer, fr: Frame, call: ast.Call) -> LV:
         frame.locals[param] = local_value(lw, frame, _plain(arg), param.type)
     if callee.kind == "op" and not lw.program.state_footprint(callee).writes:
         return _op_call(lw, frame)
-    return inline(lw, frame)
+    params = tuple(frame.locals[p] for p in callee.params)
+    return lw.inlines.lower(lw, frame, params, lambda: inline(lw, frame))
 
 
 def _plain(lv: LV) -> LV:
@@ -144,6 +147,12 @@ def _op_call(lw: Lowerer, frame: Frame) -> LV:
     assert fn is not None
     params = tuple(frame.locals[p] for p in fn.params)
     operands = flatten(params)
+    key = signature_key(frame, params)
+    kept = lw.regions.get(key)
+    if kept is not None:  # the same op, generics and argument types: a clone (reuse)
+        region, result = kept
+        values = lw.b.call(fn.qualified_name, operands, region, call_generics(frame))
+        return rebuild(result, iter(values))
     outer = lw.push([v.type for v in operands])
     region_args = iter(lw.b.args)
     for p, lv in zip(fn.params, params, strict=True):
@@ -153,7 +162,7 @@ def _op_call(lw: Lowerer, frame: Frame) -> LV:
         results = flatten(result)
     finally:
         inner = lw.pop(outer)
-    region = inner.finish(results)
+    region = lw.regions.put(key, inner.finish(results), result)
     values = lw.b.call(fn.qualified_name, operands, region, call_generics(frame))
     return rebuild(result, iter(values))
 

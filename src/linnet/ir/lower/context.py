@@ -26,6 +26,7 @@ from linnet.check.program import CheckedProgram
 from linnet.check.types import CtIntType, ScalarType, StructType, TupleType, Type
 from linnet.errors import InternalError, LinnetError
 from linnet.ir.core import Builder, TensorType, Value
+from linnet.ir.lower.reuse import InlineCache, RegionCache
 from linnet.ir.lower.values import (
     LV,
     IxVal,
@@ -78,6 +79,8 @@ class Lowerer:
         self.reads: dict[str, Value] = {}  # path -> its value at entry
         self.state_values: dict[str, Value] = {}  # path -> value after the latest assignment
         self.state_written: dict[str, None] = {}  # assigned paths, in first-assignment order
+        self.regions = RegionCache()  # closed `op` call regions by signature (reuse)
+        self.inlines = InlineCache()  # inlined method bodies by signature and shape (reuse)
 
     # -- builders -------------------------------------------------------------------------
 

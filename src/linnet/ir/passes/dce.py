@@ -20,6 +20,8 @@ class _DeadCode:
         self.changed = False
 
     def region(self, region: Region) -> Region:
+        if region.settled:  # closed (reads nothing outside) and already optimised
+            return region
         self.live.update(region.results)
         kept: list[Op] = []
         for op in reversed(region.ops):

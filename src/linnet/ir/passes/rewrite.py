@@ -8,7 +8,7 @@ keep it, other ops to replace it, or `[]` after `replace(...)`-ing its results
 by values that dominate them. Nested regions are rewritten before the op that
 holds them is visited, and `enter`/`leave` bracket each region so a pass can
 keep scoped tables (a nested region may read enclosing values, never a
-sibling's).
+sibling's). A `settled` region (closed, already optimised) is left as it is.
 """
 
 from __future__ import annotations
@@ -45,14 +45,22 @@ class Rewriter:
         """Called after the ops of `region` are visited."""
 
     def region(self, region: Region, owner: Op | None = None) -> Region:
+        if region.settled:  # closed and already at the passes' fixed point
+            return region
         self.enter(region, owner)
         ops: list[Op] = []
+        subst = self.subst
         for op in region.ops:
-            regions = tuple(self.region(r, op) for r in op.regions)
-            operands = tuple(self.get(v) for v in op.operands)
-            if operands != op.operands or any(
-                new is not old for new, old in zip(regions, op.regions, strict=True)
-            ):
+            rebuilt = False
+            regions = op.regions
+            if regions:
+                regions = tuple([self.region(r, op) for r in op.regions])
+                rebuilt = any(new is not old for new, old in zip(regions, op.regions, strict=True))
+            operands = op.operands
+            if subst and any(v in subst for v in operands):
+                operands = tuple([self.get(v) for v in operands])
+                rebuilt = True
+            if rebuilt:
                 op = Op(op.kind, operands, op.results, dict(op.attrs), regions)
             ops.extend(self.visit(op))
         self.leave(region, owner)

@@ -17,8 +17,9 @@ generics (`linnet.ir.dynamic`); when the graph is the same at every size the
 entry gets one session for all sizes, its `where` clauses checked per call
 by binding the entry (a LinnetError naming the clause) and its result shapes
 evaluated from the bound sizes. Entries that write a cache in place, calls
-with explicit `generics`, `argmax` or `cuda_graph`, and entries whose graph
-depends on a size keep one session per input shape.
+with explicit `generics`, `argmax` or `cuda_graph`, entries whose graph
+depends on a size, and every entry of a model loaded with `dynamic=False`
+keep one session per input shape.
 
 Why weights stay out of the graphs: a model past protobuf's 2 GB limit cannot
 be serialised whole (field-notes.md), every entry and shape would otherwise
@@ -115,6 +116,7 @@ def load_model(
     providers: Sequence[Provider] | None = None,
     session_options: Any = None,
     int8_activations: bool = False,
+    dynamic: bool = True,
 ) -> OnnxModel:
     """Load a Linnet model to run on ONNX Runtime (see `OnnxModel`).
 
@@ -132,6 +134,8 @@ def load_model(
     activations to int8 per block, as llama.cpp's Q4_0 and Q8_0 do: several
     times faster, but not the std bodies' f32 function (about 1% relative
     error added per product).
+    `dynamic=False` makes one session per input shape
+    for every entry, never one for all sizes (see `OnnxModel`).
 
     >>> import numpy as np
     >>> m = load_model('''module doc
@@ -160,6 +164,7 @@ def load_model(
         providers=providers,
         session_options=session_options,
         int8_activations=int8_activations,
+        dynamic=dynamic,
     )
 
 
@@ -179,10 +184,12 @@ class OnnxModel:
         providers: Sequence[Provider] | None = None,
         session_options: Any = None,
         int8_activations: bool = False,
+        dynamic: bool = True,
     ) -> None:
         self.model = model
         self.session_options = session_options
         self.int8_activations = int8_activations
+        self.allow_dynamic = dynamic
         self.providers: list[Provider] = list(providers or ["CPUExecutionProvider"])
         self.device = device_for(self.providers)
         self.present = frozenset(arrays)
@@ -285,6 +292,11 @@ class OnnxModel:
         dynamic = [found[0] for found in self._dynamic.values() if found is not None]
         return [*self._sessions.values(), *dynamic]
 
+    @property
+    def dynamic_entries(self) -> list[str]:
+        """The entries called so far that one session serves for every size."""
+        return [name for name, found in self._dynamic.items() if found is not None]
+
     def run_entry(
         self,
         name: str,
@@ -326,7 +338,11 @@ class OnnxModel:
         ]
         types = [type_of_ortvalue(v) if isinstance(v, ort.OrtValue) else v.type for v in given]
         hosts = [None if isinstance(v, ort.OrtValue) else v.array for v in given]
-        dynamic = None if generics or argmax or cuda_graph else self.dynamic_session(name, types)
+        dynamic = (
+            None
+            if generics or argmax or cuda_graph or not self.allow_dynamic
+            else self.dynamic_session(name, types)
+        )
         result_types = None
         if dynamic is not None:
             session, dims = dynamic
