@@ -23,6 +23,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.norm::batch_norm` | `F.batch_norm(training=False)` on f32, cast to `T` |
 | `std.nn.norm::group_norm` | `F.group_norm` on f32 (no affine), cast to `T`, then the per-channel affine in `T` |
 | `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 |
+| `std.nn.loss::linear_token_log_probs`, `linear_cross_entropy` | row blocks that never hold the `[N, V]` logits (`linnet.torch.chunked_loss`) |
 | `std.nn.cache::write_at` | `index_copy` of the one row (out of place) |
 | `std.nn.cache::write_span` at a constant position | the cache slices and the span, concatenated |
 | `std.nn.parallel::{all_reduce, all_gather, shared}`, when a tensor-parallel load marked them | collectives over the ranks (`linnet.torch.parallel`) |
@@ -50,6 +51,7 @@ import torch.nn.functional as F
 
 from linnet.ir.core import FLOAT_DTYPES, Op, TensorType
 from linnet.records import record
+from linnet.torch import chunked_loss
 from linnet.torch.dtypes import storage
 from linnet.torch.ops import Context, Kernel
 
@@ -390,6 +392,42 @@ def find_attention(op: Op, context: Context) -> Native | None:
     return Native(callee, kernel, source)
 
 
+# -- losses over a vocabulary -----------------------------------------------------------
+
+
+def find_linear_loss(op: Op, context: Context) -> Native | None:
+    """`linear_token_log_probs` (3 operands) or `linear_cross_entropy` (4), chunked."""
+    callee = str(op.attrs["callee"])
+    weighted = callee.endswith("::linear_cross_entropy")
+    if len(op.operands) != (4 if weighted else 3):
+        return None
+    hidden, weight, targets = (v.type for v in op.operands[:3])
+    if hidden.dtype not in FLOAT_DTYPES or hidden.rank != 2 or weight.rank != 2:
+        return None
+    if weight.dtype != hidden.dtype or weight.shape[1] != hidden.shape[1]:
+        return None
+    rows = hidden.shape[0]
+    if targets != TensorType((rows,), "i64"):
+        return None
+    if weighted:
+        if op.operands[3].type != TensorType((rows,), "f32"):
+            return None
+        if op.results[0].type != TensorType((), "f32"):
+            return None
+        return Native(
+            callee,
+            chunked_loss.linear_cross_entropy,
+            lambda a: f"natives.chunked_loss.linear_cross_entropy({', '.join(a)})",
+        )
+    if op.results[0].type != TensorType((rows,), "f32"):
+        return None
+    return Native(
+        callee,
+        chunked_loss.linear_log_probs,
+        lambda a: f"natives.chunked_loss.linear_log_probs({', '.join(a)})",
+    )
+
+
 # -- cache writes ----------------------------------------------------------------------
 
 
@@ -482,6 +520,8 @@ FINDERS: dict[str, Finder] = {
     "std.nn.attention::grouped_attention": find_attention,
     "std.nn.cache::write_at": find_write_at,
     "std.nn.cache::write_span": find_write_span,
+    "std.nn.loss::linear_token_log_probs": find_linear_loss,
+    "std.nn.loss::linear_cross_entropy": find_linear_loss,
 }
 
 

@@ -1,0 +1,107 @@
+"""The language-model head and its loss in row chunks: never the whole `[N, Vocab]` logits.
+
+Stage: backend, a native kernel (`linnet.torch.natives`) for
+`std.nn.loss::linear_token_log_probs` and `linear_cross_entropy` (stdlib.md 15,
+"Backend hint: fused chunked implementations"). A training step of a decoder
+over `N` tokens would otherwise hold the logits `[N, V]` in f32, their softmax
+and their gradient: at `N = 8192`, `V = 128256` that is 4 GiB each.
+
+`linear_log_probs(hidden, weight, targets)` is an autograd Function:
+
+- forward, per block of `rows` rows: `logits = hidden @ weight^T` in `T`, then
+  in f32 the row's log-sum-exp and the target's logit; it keeps `hidden`,
+  `weight`, `targets` and the `[N]` log-sum-exps, nothing of size `V` per row;
+- backward recomputes each block's logits and turns them into
+  `d lp / d logits = onehot(target) - softmax` times the incoming gradient, in
+  f32; the block's gradient of `hidden` is that product with `weight` (in `T`,
+  as autograd through the unfused ops computes it), and the gradient of
+  `weight` is accumulated over the blocks in an f32 buffer, cast to `T` once.
+
+`cross_entropy(...) = -sum(weights * lp)` follows with ordinary autograd.
+The sums run in another order than the canonical bodies', so the results are
+equal within rounding (the numeric contract for these ops), not bit for bit.
+`CHUNK_ELEMENTS` bounds a block's logits (`rows = CHUNK_ELEMENTS // V`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+CHUNK_ELEMENTS = 1 << 24
+"""Logit elements per block: 64 MiB in f32 (512 rows of a 32000-token vocabulary)."""
+
+
+def chunk_rows(vocab: int) -> int:
+    """Rows per block for a vocabulary of `vocab` tokens (at least one)."""
+    return max(1, CHUNK_ELEMENTS // max(vocab, 1))
+
+
+class _LinearLogProbs(torch.autograd.Function):
+    """`log_softmax(hidden @ weight^T)[n, targets[n]]` by row blocks (module docstring)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, rows: int
+    ) -> torch.Tensor:
+        count = hidden.shape[0]
+        out = torch.empty(count, dtype=torch.float32, device=hidden.device)
+        totals = torch.empty(count, dtype=torch.float32, device=hidden.device)
+        for start in range(0, count, rows):
+            stop = min(start + rows, count)
+            logits = F.linear(hidden[start:stop], weight).to(torch.float32)
+            total = torch.logsumexp(logits, dim=-1)
+            picked = logits.gather(1, targets[start:stop, None]).squeeze(1)
+            out[start:stop] = picked - total
+            totals[start:stop] = total
+        ctx.save_for_backward(hidden, weight, targets, totals)
+        ctx.rows = rows
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        hidden, weight, targets, totals = ctx.saved_tensors
+        want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_hidden = torch.empty_like(hidden) if want_hidden else None
+        grad_weight = (
+            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+            if want_weight
+            else None
+        )
+        grad = grad.to(torch.float32)
+        rows: int = ctx.rows
+        for start in range(0, hidden.shape[0], rows):
+            stop = min(start + rows, hidden.shape[0])
+            block = hidden[start:stop]
+            logits = F.linear(block, weight).to(torch.float32)
+            scale = grad[start:stop, None]
+            # d lp[n] / d logits[n, v] = onehot(targets[n])[v] - softmax[n, v]
+            dlogits = torch.exp(logits - totals[start:stop, None]).mul_(-scale)
+            dlogits.scatter_add_(1, targets[start:stop, None], scale)
+            dlogits_t = dlogits.to(weight.dtype)
+            if grad_hidden is not None:
+                grad_hidden[start:stop] = dlogits_t @ weight
+            if grad_weight is not None:
+                grad_weight += (dlogits_t.T @ block).to(torch.float32)
+        cast = None if grad_weight is None else grad_weight.to(weight.dtype)
+        return grad_hidden, cast, None, None
+
+
+def linear_log_probs(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """`std.nn.loss::linear_token_log_probs` by row blocks: `[N]` f32."""
+    rows = chunk_rows(weight.shape[0])
+    result: torch.Tensor = _LinearLogProbs.apply(  # type: ignore[no-untyped-call]
+        hidden, weight, targets.to(torch.int64), rows
+    )
+    return result
+
+
+def linear_cross_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
+    """`std.nn.loss::linear_cross_entropy` by row blocks: `sum_n -weights[n] * lp[n]`, f32."""
+    return -(weights.to(torch.float32) * linear_log_probs(hidden, weight, targets)).sum()
