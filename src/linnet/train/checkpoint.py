@@ -225,7 +225,11 @@ def restore_optimizer(
             from torch.distributed.tensor import DTensor
 
             value = DTensor.from_local(
-                value.to(local(param).device), param.device_mesh, param.placements
+                value.to(local(param).device),
+                param.device_mesh,
+                param.placements,
+                shape=param.shape,
+                stride=param.stride(),
             )
         state.setdefault(index, {})[key] = value
     current = optimizer.state_dict()["param_groups"]

@@ -6,8 +6,10 @@ ranks together (`all_sum`), so the gradients the ranks compute add up to the
 gradient of the whole step: `sync_gradients` sums them, one all-reduce per
 dtype over the flattened gradients. Parameters that FSDP2 (`fully_shard`)
 shards are `DTensor`s whose gradients FSDP reduce-scatters itself during the
-backward pass; `sync_gradients` leaves them alone (`fsdp_sum_gradients` makes
-FSDP sum rather than average them). Without a process group, or with one
+backward pass, averaging them; `sync_gradients` leaves them alone, and `train`
+back-propagates the world size times the loss so that the average is the sum.
+(FSDP's own `set_gradient_divide_factor(1.0)` needs a pre-multiplied sum,
+which gloo lacks.) Without a process group, or with one
 rank, nothing here communicates.
 """
 
@@ -72,13 +74,3 @@ def sync_gradients(parameters: Sequence[nn.Parameter]) -> None:
         for g in grads:
             g.copy_(flat[offset : offset + g.numel()].view_as(g))
             offset += g.numel()
-
-
-def fsdp_sum_gradients(model: nn.Module) -> None:
-    """Make every FSDP2 module of `model` sum its gradients over the ranks instead of
-    averaging them (the loss is already divided by the learned positions of all ranks)."""
-    from torch.distributed.fsdp import FSDPModule
-
-    for module in model.modules():
-        if isinstance(module, FSDPModule):
-            module.set_gradient_divide_factor(1.0)

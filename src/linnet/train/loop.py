@@ -126,7 +126,9 @@ def train(
             if idle:
                 break
             started = time.perf_counter()
-            loss, norm = _step(model, group, parameters, optimizer, learned, clip, device)
+            # FSDP2 averages the ranks' gradients: back-propagate `size` times the loss
+            scale = float(size) if sharded else 1.0
+            loss, norm = _step(model, group, parameters, optimizer, learned, scale, clip, device)
             lr = float(optimizer.param_groups[0]["lr"])
             if schedule is not None:
                 schedule.step()
@@ -156,23 +158,26 @@ def _step(
     parameters: list[nn.Parameter],
     optimizer: Optimizer,
     learned: float,
+    scale: float,
     clip: float | None,
     device: torch.device,
 ) -> tuple[float, float | None]:
     """One optimizer step over this rank's micro-batches; the step's loss (all ranks)
-    and the gradient norm before clipping."""
+    and the gradient norm before clipping. The gradients are those of `scale` times
+    the loss until the ranks' gradients are combined."""
     optimizer.zero_grad(set_to_none=True)
     divisor = learned if learned > 0 else 1.0
     total = torch.zeros((), dtype=torch.float64, device=device)
     for batch in group:
         part = packed_loss(model, batch) / divisor
-        part.backward()  # type: ignore[no-untyped-call]
+        (part * scale if scale != 1.0 else part).backward()  # type: ignore[no-untyped-call]
         total += part.detach()
     sync_gradients(parameters)
     (loss,) = all_sum([float(total)], device)
     norm = None
     if clip:
-        norm = float(torch.nn.utils.clip_grad_norm_(parameters, clip))
+        found = torch.nn.utils.clip_grad_norm_(parameters, clip)
+        norm = float(found.full_tensor() if is_sharded(found) else found)  # type: ignore[attr-defined]
     optimizer.step()
     return loss, norm
 
