@@ -17,7 +17,12 @@ and their gradient: at `N = 8192`, `V = 128256` that is 4 GiB each.
   as autograd through the unfused ops computes it), and the gradient of
   `weight` is accumulated over the blocks in an f32 buffer, cast to `T` once.
 
-`cross_entropy(...) = -sum(weights * lp)` follows with ordinary autograd.
+`linear_cross_entropy` is a Function of its own: its result is a scalar, so the
+incoming gradient only scales the gradients, which its forward pass computes
+block by block while each block's logits are at hand (when autograd will ask
+for them); the backward pass multiplies them by the incoming gradient. It costs
+the gradients of `hidden` and `weight` held from the forward pass to the
+backward pass, and saves the second product with the head.
 The sums run in another order than the canonical bodies', so the results are
 equal within rounding (the numeric contract for these ops), not bit for bit.
 `CHUNK_ELEMENTS` bounds a block's logits (`rows = CHUNK_ELEMENTS // V`).
@@ -100,8 +105,75 @@ def linear_log_probs(
     return result
 
 
+class _LinearCrossEntropy(torch.autograd.Function):
+    """`-sum_n weights[n] * lp[n]` by row blocks, its gradients computed in the forward pass.
+
+    The loss is a scalar, so the incoming gradient only scales the gradients of
+    `hidden` and `weight`: both are computed block by block while the logits are
+    at hand (no second product with the head in the backward pass) and kept
+    until backward multiplies them by it.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        targets: torch.Tensor,
+        weights: torch.Tensor,
+        rows: int,
+    ) -> torch.Tensor:
+        want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_hidden = torch.empty_like(hidden) if want_hidden else None
+        grad_weight = (
+            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+            if want_weight
+            else None
+        )
+        count = hidden.shape[0]
+        log_probs = torch.empty(count, dtype=torch.float32, device=hidden.device)
+        scales = weights.to(torch.float32)
+        for start in range(0, count, rows):
+            stop = min(start + rows, count)
+            block = hidden[start:stop]
+            logits = F.linear(block, weight).to(torch.float32)
+            total = torch.logsumexp(logits, dim=-1)
+            index = targets[start:stop, None]
+            log_probs[start:stop] = logits.gather(1, index).squeeze(1) - total
+            if grad_hidden is None and grad_weight is None:
+                continue
+            # d loss / d logits[n, v] = weights[n] * (softmax[n, v] - onehot(targets[n])[v])
+            scale = scales[start:stop, None]
+            dlogits = torch.exp(logits.sub_(total[:, None])).mul_(scale)
+            dlogits.scatter_add_(1, index, -scale)
+            dlogits_t = dlogits.to(weight.dtype)
+            if grad_hidden is not None:
+                grad_hidden[start:stop] = dlogits_t @ weight
+            if grad_weight is not None:
+                grad_weight += (dlogits_t.T @ block).to(torch.float32)
+        cast = None if grad_weight is None else grad_weight.to(weight.dtype)
+        ctx.save_for_backward(grad_hidden, cast, log_probs)
+        return -(scales * log_probs).sum()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        grad_hidden, grad_weight, log_probs = ctx.saved_tensors
+        one = bool(grad.device.type == "cpu" and float(grad) == 1.0)
+        scale = grad.to(torch.float32)
+
+        def scaled(t: torch.Tensor | None) -> torch.Tensor | None:
+            return t if t is None or one else t * scale.to(t.dtype)
+
+        grad_weights = -log_probs * scale if ctx.needs_input_grad[3] else None
+        return scaled(grad_hidden), scaled(grad_weight), None, grad_weights, None
+
+
 def linear_cross_entropy(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
 ) -> torch.Tensor:
     """`std.nn.loss::linear_cross_entropy` by row blocks: `sum_n -weights[n] * lp[n]`, f32."""
-    return -(weights.to(torch.float32) * linear_log_probs(hidden, weight, targets)).sum()
+    rows = chunk_rows(weight.shape[0])
+    result: torch.Tensor = _LinearCrossEntropy.apply(  # type: ignore[no-untyped-call]
+        hidden, weight, targets.to(torch.int64), weights, rows
+    )
+    return result
