@@ -66,4 +66,4 @@ def test_accumulating_half_batches_equals_one_whole_batch() -> None:
     assert len(whole) == len(accumulated) == 3
     assert accumulated.losses == pytest.approx(whole.losses, rel=1e-5)
     for (name, a), (_, b) in zip(one.named_parameters(), two.named_parameters(), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
