@@ -30,6 +30,7 @@ equal within rounding (the numeric contract for these ops), not bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -42,6 +43,46 @@ CHUNK_ELEMENTS = 1 << 24
 def chunk_rows(vocab: int) -> int:
     """Rows per block for a vocabulary of `vocab` tokens (at least one)."""
     return max(1, CHUNK_ELEMENTS // max(vocab, 1))
+
+
+class _Gradients:
+    """The gradients of `hidden` and `weight` (those autograd asks for), filled block by
+    block from `d / d logits = scale * (softmax - onehot(targets))`; the head's in f32."""
+
+    def __init__(self, hidden: torch.Tensor, weight: torch.Tensor, wanted: Sequence[bool]) -> None:
+        self.weight = weight
+        self.hidden = torch.empty_like(hidden) if wanted[0] else None
+        self.head = (
+            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+            if wanted[1]
+            else None
+        )
+
+    @property
+    def wanted(self) -> bool:
+        return self.hidden is not None or self.head is not None
+
+    def add(
+        self,
+        start: int,
+        block: torch.Tensor,
+        shifted: torch.Tensor,
+        targets: torch.Tensor,
+        scale: torch.Tensor,
+    ) -> None:
+        """Rows `start ..` of `block`, whose f32 logits minus their log-sum-exp are
+        `shifted` (consumed), each row's gradient scaled by `scale` `[rows, 1]`."""
+        dlogits = torch.exp_(shifted).mul_(scale)
+        dlogits.scatter_add_(1, targets[:, None], -scale)
+        dlogits_t = dlogits.to(self.weight.dtype)
+        if self.hidden is not None:
+            self.hidden[start : start + block.shape[0]] = dlogits_t @ self.weight
+        if self.head is not None:
+            self.head += (dlogits_t.T @ block).to(torch.float32)
+
+    def results(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        head = None if self.head is None else self.head.to(self.weight.dtype)
+        return self.hidden, head
 
 
 class _LinearLogProbs(torch.autograd.Function):
@@ -68,30 +109,17 @@ class _LinearLogProbs(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         hidden, weight, targets, totals = ctx.saved_tensors
-        want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        grad_hidden = torch.empty_like(hidden) if want_hidden else None
-        grad_weight = (
-            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-            if want_weight
-            else None
-        )
-        grad = grad.to(torch.float32)
+        grads = _Gradients(hidden, weight, ctx.needs_input_grad[:2])
+        # d lp[n] / d logits[n, v] = onehot(targets[n])[v] - softmax[n, v]
+        scale = -grad.to(torch.float32)
         rows: int = ctx.rows
         for start in range(0, hidden.shape[0], rows):
             stop = min(start + rows, hidden.shape[0])
             block = hidden[start:stop]
             logits = F.linear(block, weight).to(torch.float32)
-            scale = grad[start:stop, None]
-            # d lp[n] / d logits[n, v] = onehot(targets[n])[v] - softmax[n, v]
-            dlogits = torch.exp(logits - totals[start:stop, None]).mul_(-scale)
-            dlogits.scatter_add_(1, targets[start:stop, None], scale)
-            dlogits_t = dlogits.to(weight.dtype)
-            if grad_hidden is not None:
-                grad_hidden[start:stop] = dlogits_t @ weight
-            if grad_weight is not None:
-                grad_weight += (dlogits_t.T @ block).to(torch.float32)
-        cast = None if grad_weight is None else grad_weight.to(weight.dtype)
-        return grad_hidden, cast, None, None
+            shifted = logits.sub_(totals[start:stop, None])
+            grads.add(start, block, shifted, targets[start:stop], scale[start:stop, None])
+        return (*grads.results(), None, None)
 
 
 def linear_log_probs(
@@ -123,13 +151,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         weights: torch.Tensor,
         rows: int,
     ) -> torch.Tensor:
-        want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        grad_hidden = torch.empty_like(hidden) if want_hidden else None
-        grad_weight = (
-            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-            if want_weight
-            else None
-        )
+        grads = _Gradients(hidden, weight, ctx.needs_input_grad[:2])
         count = hidden.shape[0]
         log_probs = torch.empty(count, dtype=torch.float32, device=hidden.device)
         scales = weights.to(torch.float32)
@@ -138,21 +160,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
             block = hidden[start:stop]
             logits = F.linear(block, weight).to(torch.float32)
             total = torch.logsumexp(logits, dim=-1)
-            index = targets[start:stop, None]
-            log_probs[start:stop] = logits.gather(1, index).squeeze(1) - total
-            if grad_hidden is None and grad_weight is None:
-                continue
-            # d loss / d logits[n, v] = weights[n] * (softmax[n, v] - onehot(targets[n])[v])
-            scale = scales[start:stop, None]
-            dlogits = torch.exp(logits.sub_(total[:, None])).mul_(scale)
-            dlogits.scatter_add_(1, index, -scale)
-            dlogits_t = dlogits.to(weight.dtype)
-            if grad_hidden is not None:
-                grad_hidden[start:stop] = dlogits_t @ weight
-            if grad_weight is not None:
-                grad_weight += (dlogits_t.T @ block).to(torch.float32)
-        cast = None if grad_weight is None else grad_weight.to(weight.dtype)
-        ctx.save_for_backward(grad_hidden, cast, log_probs)
+            log_probs[start:stop] = logits.gather(1, targets[start:stop, None]).squeeze(1) - total
+            if grads.wanted:
+                # d loss / d logits[n, v] = weights[n] * (softmax[n, v] - onehot(targets[n])[v])
+                shifted = logits.sub_(total[:, None])
+                grads.add(start, block, shifted, targets[start:stop], scales[start:stop, None])
+        grad_hidden, grad_weight = grads.results()
+        ctx.save_for_backward(grad_hidden, grad_weight, log_probs)
         return -(scales * log_probs).sum()
 
     @staticmethod
