@@ -73,7 +73,8 @@ def _rank(rank: int, world: int, port: int, folder: str, mode: str) -> None:
             from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
             fully_shard(model)
-            register_fsdp_forward_method(model, "run_entry")
+            if mode == "fsdp-resume":  # registered here; in "fsdp" train registers it
+                register_fsdp_forward_method(model, "run_entry")
         mine = batches()[rank::world]
         options: dict[str, Any] = {}
         if mode == "fsdp-resume":  # two steps, then a fresh model resumes to STEPS

@@ -30,9 +30,21 @@ def model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+def fsdp_entries(model: nn.Module) -> None:
+    """Make `run_entry` of a model sharded by FSDP2 (`fully_shard`) gather its parameters
+    as `forward` does (`register_fsdp_forward_method`), unless that was done already."""
+    if "run_entry" in vars(model) or not hasattr(model, "run_entry"):
+        return
+    from torch.distributed.fsdp import FSDPModule, register_fsdp_forward_method
+
+    if isinstance(model, FSDPModule):
+        register_fsdp_forward_method(model, "run_entry")
+
+
 def run(model: nn.Module, entry: str, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
     """Entry `entry` of `model` on `inputs`; a LinnetError when the model lacks it."""
     entries = getattr(model, "entries", None)
+    fsdp_entries(model)
     runner = getattr(model, "run_entry", None)
     if runner is not None and isinstance(entries, list):
         if entry not in entries:
