@@ -1,8 +1,9 @@
-"""The training entries of the Llama and GPT-2 examples against transformers, sequence by sequence.
+"""The training entries of the decoder examples against transformers, sequence by sequence.
 
 `hidden_packed`, `log_probs_packed` and `loss_packed` take several sequences
 packed end to end (with a padding segment after them); the reference runs
-each sequence alone through the transformers twin (tests/decoder_cases.py),
+each sequence alone through the transformers twin (tests/decoder_cases.py for
+Llama and GPT-2, tests/family_support.py for Qwen2, Qwen3 and Phi-3),
 so equality shows that attention never crosses a sequence, that positions
 restart with each one, and that the loss is the weighted sum of the
 per-token cross entropies.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import family_support
 import numpy as np
 import pytest
 import torch
@@ -24,9 +26,17 @@ LENGTHS = [5, 1, 7, 3]
 PADDING = 4
 
 
-@pytest.fixture(scope="module", params=["llama", "gpt2"])
+@pytest.fixture(scope="module", params=["llama", "gpt2", "qwen2", "qwen3", "phi3"])
 def decoder(request: pytest.FixtureRequest) -> Decoder:
-    return llama() if request.param == "llama" else gpt2()
+    if request.param == "llama":
+        return llama()
+    if request.param == "gpt2":
+        return gpt2()
+    family = str(request.param)
+    model = family_support.hf_model(family)
+    weights = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    sizes = {k: v for k, v in family_support.generics(family).items() if k != "MaxSeq"}
+    return Decoder(family, family_support.source(family), sizes, weights, model)
 
 
 def packed(vocab: int) -> tuple[list[np.ndarray[Any, Any]], list[torch.Tensor]]:
