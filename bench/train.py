@@ -13,13 +13,16 @@ process, so its peak memory is its own:
   batch with `labels`, `loss.backward()`, the same clipping, `optimizer.step()`.
 
 Each side first checks its first step's loss against the other's (printed), then
-times `--steps` steps after `--warmup` (the device synchronised around each).
+times `--steps` steps after `--warmup` (the device synchronised around each);
+`--clock cpu` counts this process's CPU time instead of wall time, which other
+processes on a busy machine disturb less (use it with `--threads 1`).
 The table shows the best and median step time, the peak memory (CUDA: the
 allocator's peak; CPU: the process's peak resident set) and the ratio linnet /
 transformers (lower is better). Aims (issue 16): step time at most 1.05x,
 peak memory below transformers'.
 
     .venv/bin/python bench/train.py [--device cuda] [--dtype bf16] [--rows 8] [--length 256]
+        [--threads 1 --clock cpu]
 """
 
 from __future__ import annotations
@@ -131,13 +134,14 @@ def run_side(side: str, args: argparse.Namespace) -> dict[str, Any]:
 
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     for index in range(args.warmup + args.steps):
         synchronise(args.device)
-        started = time.perf_counter()
+        started = clock()
         losses.append(step())
         synchronise(args.device)
         if index >= args.warmup:
-            times.append(time.perf_counter() - started)
+            times.append(clock() - started)
     return {"losses": losses, "times": times, "peak": peak_bytes(args.device)}
 
 
@@ -155,8 +159,14 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--small", action="store_true", help="a tiny model (for the smoke test)")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument(
+        "--clock", choices=["wall", "cpu"], default="wall", help="cpu: this process's CPU time"
+    )
     parser.add_argument("--side", choices=["linnet", "transformers"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.side:
         print(json.dumps(run_side(args.side, args)))
         return 0
