@@ -152,3 +152,20 @@ def test_backend_uses_the_chunked_native_and_matches_the_canonical_body(compile:
     torch.testing.assert_close(ours, canonical, rtol=1e-6, atol=0)
     for a, b in zip(grads(ours, hidden, weight), grads(canonical, hidden, weight), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_no_gradients_are_computed_without_grad_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    hidden, weight, targets, weights = inputs(torch.float32, seed=5)
+    blocks: list[int] = []
+    original = chunked_loss._Gradients.add
+
+    def counted(self: chunked_loss._Gradients, start: int, *rest: torch.Tensor) -> None:
+        blocks.append(start)
+        original(self, start, *rest)
+
+    monkeypatch.setattr(chunked_loss._Gradients, "add", counted)
+    with torch.no_grad():
+        quiet = chunked_loss.linear_cross_entropy(hidden, weight, targets, weights)
+    assert blocks == []
+    loud = chunked_loss.linear_cross_entropy(hidden, weight, targets, weights)
+    assert blocks == [0, 3, 6, 9] and torch.equal(quiet, loud.detach())

@@ -150,8 +150,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
         targets: torch.Tensor,
         weights: torch.Tensor,
         rows: int,
+        track: bool,
     ) -> torch.Tensor:
-        grads = _Gradients(hidden, weight, ctx.needs_input_grad[:2])
+        # `needs_input_grad` ignores `torch.no_grad()`: `track` is the caller's grad mode
+        grads = _Gradients(hidden, weight, [track and n for n in ctx.needs_input_grad[:2]])
         count = hidden.shape[0]
         log_probs = torch.empty(count, dtype=torch.float32, device=hidden.device)
         scales = weights.to(torch.float32)
@@ -179,7 +181,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             return t if t is None or one else t * scale.to(t.dtype)
 
         grad_weights = -log_probs * scale if ctx.needs_input_grad[3] else None
-        return scaled(grad_hidden), scaled(grad_weight), None, grad_weights, None
+        return scaled(grad_hidden), scaled(grad_weight), None, grad_weights, None, None
 
 
 def linear_cross_entropy(
@@ -188,6 +190,6 @@ def linear_cross_entropy(
     """`std.nn.loss::linear_cross_entropy` by row blocks: `sum_n -weights[n] * lp[n]`, f32."""
     rows = chunk_rows(weight.shape[0])
     result: torch.Tensor = _LinearCrossEntropy.apply(  # type: ignore[no-untyped-call]
-        hidden, weight, targets.to(torch.int64), weights, rows
+        hidden, weight, targets.to(torch.int64), weights, rows, torch.is_grad_enabled()
     )
     return result
