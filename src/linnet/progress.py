@@ -1,8 +1,8 @@
 """Progress bars for the steps that may take over a second: one module, one policy.
 
-Exports, saves, weight conversion and imports of large models call `track`
-(an iterable) or `Progress` (a counter, of items or bytes). A bar is drawn by
-`tqdm` on stderr when all of these hold: stderr is a terminal, the
+Exports, saves, weight conversion, imports of large models and training call
+`track` (an iterable) or `Progress` (a counter, of items or bytes, with an
+optional status text). A bar is drawn by `tqdm` on stderr when all of these hold: stderr is a terminal, the
 environment does not say `LINNET_PROGRESS=0`, and tqdm is installed (the
 `progress` extra; the compiler core does not need it). `LINNET_PROGRESS=1`
 draws bars even when stderr is not a terminal. A bar appears only once its
@@ -75,6 +75,11 @@ class Progress:
     def update(self, n: float = 1) -> None:
         if self._bar is not None:
             self._bar.update(n)
+
+    def describe(self, text: str) -> None:
+        """Show `text` after the counts (a training step's loss and rate)."""
+        if self._bar is not None:
+            self._bar.set_postfix_str(text)
 
     def close(self) -> None:
         if self._bar is not None:

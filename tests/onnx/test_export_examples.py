@@ -38,7 +38,7 @@ GENERICS: dict[str, object] = {
     "VisionH": 8, "VisionHeads": 2, "VisionInner": 16, "VisionLayers": 1,
     "Channels": 3, "Patch": 2, "Grid": 2, "Proj": 4, "T": "f32",
 }  # fmt: skip
-ENTRY_GENERICS: dict[str, object] = {"B": 2, "S": 3, "I": 1, "Steps": 2}
+ENTRY_GENERICS: dict[str, object] = {"B": 2, "S": 3, "I": 1, "Steps": 2, "P": 5}
 SHAPE_PACK = "2,3"
 
 # Per example: the root block where the file has several, and generic overrides.

@@ -23,10 +23,24 @@ use std.nn.attention::{
     decode_mask,
     grouped_attention,
     grouped_attention_rows,
+    packed_mask,
 }
 
 pub entry mask<Q: Dim, K: Dim>() -> Tensor[Q, K; bool] {
     return causal_mask<Q, K>()
+}
+
+pub entry segments_mask<P: Dim>(segments: Tensor[P; i32]) -> Tensor[P, P; bool] {
+    return packed_mask(segments)
+}
+
+pub entry packed<B: Dim, H: Dim, P: Dim, D: Dim, T: Float>(
+    q: Tensor[B, H, P, D; T],
+    k: Tensor[B, H, P, D; T],
+    v: Tensor[B, H, P, D; T],
+    segments: Tensor[P; i32],
+) -> Tensor[B, H, P, D; T] {
+    return attention(q, k, v, rsqrt(cast<f32>(D)), some(packed_mask(segments)))
 }
 
 pub entry rows_mask<K: Dim, B: Dim>(positions: Tensor[B; i32]) -> Tensor[B, 1, K; bool] {
@@ -144,6 +158,27 @@ def test_decode_mask_lets_each_row_see_up_to_its_position(std: StdCases) -> None
     positions = np.array([0, 3, 6, -1, 9], np.int32)  # -1 sees nothing, 9 sees everything
     expected = (np.arange(7)[None, :] <= positions[:, None])[:, None, :]
     std.expect("rows_mask", [positions], [expected], generics={"K": 7})
+
+
+def test_packed_mask_is_causal_within_each_segment(std: StdCases) -> None:
+    segments = np.array([0, 0, 0, 1, 1, 2, 7, 7], np.int32)
+    index = np.arange(8)
+    expected = (index[None, :] <= index[:, None]) & (segments[None, :] == segments[:, None])
+    std.expect("segments_mask", [segments], [expected])
+
+
+def test_packed_attention_equals_each_sequence_alone(std: StdCases) -> None:
+    """Sequences packed end to end attend as if each ran alone with a causal mask."""
+    rng = np.random.default_rng(89)
+    lengths = [3, 1, 4]
+    q, k, v = (normal(rng, [1, 2, 8, 4]) for _ in range(3))
+    segments = np.repeat(np.arange(3, dtype=np.int32), lengths)
+    pieces, start = [], 0
+    for n in lengths:
+        part = slice(start, start + n)
+        pieces.append(sdpa(q[:, :, part], k[:, :, part], v[:, :, part], is_causal=True))
+        start += n
+    std.expect("packed", [q, k, v, segments], [np.concatenate(pieces, axis=2)])
 
 
 def test_attention_without_mask(std: StdCases) -> None:

@@ -27,7 +27,7 @@ from linnet.torch.ops import Context
 SOURCE = """module native_cases
 
 use std.nn.activations::{gelu, relu, sigmoid, silu}
-use std.nn.attention::{attention, causal_mask, grouped_attention}
+use std.nn.attention::{attention, causal_mask, grouped_attention, packed_mask}
 use std.nn.cache::{write_at, write_rows, write_slots, write_span}
 use std.nn.linear::{linear}
 use std.nn.norm::{batch_norm, group_norm, layer_norm, rms_norm}
@@ -132,6 +132,19 @@ pub entry int4_linear<*S: Shape, Out: Dim, G: Dim, Half: Dim, T: Float>(
         linear_int4_groups(x, packed, scale, zero, none),
         linear_int4_groups(x, packed, scale, zero, some(bias)),
     )
+}
+
+pub entry packed<B: Dim, H: Dim, Hk: Dim, P: Dim, D: Dim, T: Float>(
+    q: Tensor[B, H, P, D; T],
+    k: Tensor[B, Hk, P, D; T],
+    v: Tensor[B, Hk, P, D; T],
+    segments: Tensor[P; i32],
+) -> Tensor[B, H, P, D; T]
+where
+    Hk > 0,
+    H % Hk == 0
+{
+    return grouped_attention(q, k, v, 0.25, some(packed_mask(segments)))
 }
 
 pub entry masked<B: Dim, H: Dim, Hk: Dim, Q: Dim, K: Dim, D: Dim, T: Float>(
@@ -241,6 +254,49 @@ def test_masked_attention_with_empty_rows_and_runtime_scale(program, length: int
     arrays = [q, k, v, mask, scale]
     dtypes = ["f32", "f32", "f32", "bool", "f32"]
     run_case(program, "masked", arrays, dtypes, "std.nn.attention::grouped_attention")
+
+
+PACKINGS = {
+    "unequal": [0, 0, 0, 1, 1, 2, 2, 2, 2],  # three runs batched through the causal path
+    "equal": [0, 0, 1, 1, 2, 2],
+    "scattered": [0, 1, 0, 1, 1],  # not contiguous: the mask as it is
+    "one": [4, 4, 4, 4],  # plain causal
+    "lopsided": [0, 0, 0, 0, 0, 0, 0, 1],  # 2 runs x 7^2 > 8^2: the mask as it is
+}
+
+
+@pytest.mark.parametrize("packing", sorted(PACKINGS))
+def test_packed_attention(program, packing: str) -> None:  # type: ignore[no-untyped-def]
+    """Each packed sequence attends alone (natives.packed_attention) or, where that is
+    no cheaper, under the mask; either way equal to the canonical body."""
+    segments = np.array(PACKINGS[packing], np.int32)
+    length = len(segments)
+    q = data(40, "f32", (2, 4, length, 8))
+    k, v = data(41, "f32", (2, 2, length, 8)), data(42, "f32", (2, 2, length, 8))
+    arrays, dtypes = [q, k, v, segments], ["f32"] * 3 + ["i32"]
+    run_case(program, "packed", arrays, dtypes, "std.nn.attention::grouped_attention")
+
+
+def test_packed_attention_gradients() -> None:
+    import torch
+
+    from linnet.torch import natives
+
+    g = torch.Generator().manual_seed(0)
+    segments = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2])
+    index = torch.arange(9)
+    mask = (index[None, :] <= index[:, None]) & (segments[None, :] == segments[:, None])
+    q = torch.randn(1, 4, 9, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(1, 2, 9, 8, generator=g, dtype=torch.float64, requires_grad=True)
+            for _ in range(2))  # fmt: skip
+    upstream = torch.randn(1, 4, 9, 8, generator=g, dtype=torch.float64)
+    ours = natives.packed_attention(q, k, v, 0.25, mask, torch.float64)
+    plain = natives.attention(q, k, v, 0.25, mask, False, torch.float64)
+    torch.testing.assert_close(ours, plain, rtol=1e-6, atol=1e-6)  # both compute in f32
+    mine = torch.autograd.grad((ours * upstream).sum(), (q, k, v))
+    theirs = torch.autograd.grad((plain * upstream).sum(), (q, k, v))
+    for a, b in zip(mine, theirs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("at", [0, 3, 5, -1, 6, 100])

@@ -24,6 +24,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.norm::group_norm` | `F.group_norm` on f32 (no affine), cast to `T`, then the per-channel affine in `T` |
 | `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 |
 | `std.quant::linear_int8`, `linear_int4_groups` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
+| `std.nn.loss::linear_token_log_probs`, `linear_cross_entropy` | row blocks that never hold the `[N, V]` logits (`linnet.torch.chunked_loss`) |
 | `std.nn.cache::write_at` | `index_copy` of the one row (out of place) |
 | `std.nn.cache::write_span` at a constant position | the cache slices and the span, concatenated |
 | `std.nn.cache::write_rows` | one copy of the cache, each row's position assigned by index |
@@ -43,7 +44,8 @@ value is about 1e-7, tests/stdlib/test_std_activations.py), which the
 contract for `gelu` asks.
 
 Attention masks: a mask made by `causal_mask<Q, Q>` becomes `is_causal=True`;
-any other mask is passed as a boolean mask, and rows whose keys are all
+under a mask made by `packed_mask` each packed sequence attends alone, batched
+through the causal path (`packed_attention`); any other mask is passed as a boolean mask, and rows whose keys are all
 masked, which the canonical body averages (a masked score is -1e30, not
 -inf) and SDPA does not, get the mean of the values. Grouped heads without a
 causal mask are folded into the query axis instead of repeating keys. Each substitution is
@@ -59,6 +61,7 @@ import torch.nn.functional as F
 
 from linnet.ir.core import FLOAT_DTYPES, Op, TensorType
 from linnet.records import record
+from linnet.torch import chunked_loss
 from linnet.torch.dtypes import storage
 from linnet.torch.natives_quant import linear_int4_groups, linear_int8
 from linnet.torch.ops import Context, Kernel
@@ -357,6 +360,65 @@ def attention(
     return out.to(dtype)
 
 
+def packed_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float | torch.Tensor,
+    mask: torch.Tensor,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """`attention` under a `packed_mask`: each sequence attends within itself alone.
+
+    The runs of the sequences are read off the mask (a run ends where
+    `mask[p, p - 1]` is false). When the mask is exactly causal within those runs
+    (`packed_mask` of contiguous segments: the count of its true entries says so)
+    the runs are gathered into a batch `[B * runs, H, longest, D]`, padded at
+    their ends, and go through SDPA's causal path; a padded query is dropped and
+    a padded key sits after every real query of its run, so no real token sees
+    it. The work is `runs * longest^2` instead of `P^2`; when that is not
+    smaller (or the segments are not contiguous) the mask is applied as it is.
+    """
+    batch, heads, length, width = query.shape
+    starts = [0]
+    if length > 1:
+        breaks = ~torch.diagonal(mask, offset=-1)
+        starts += (torch.nonzero(breaks).flatten() + 1).tolist()
+    spans = [b - a for a, b in zip(starts, [*starts[1:], length], strict=True)]
+    longest = max(spans)
+    runs = len(spans)
+    exact = int(mask.sum()) == sum(n * (n + 1) // 2 for n in spans)
+    if not exact or runs == 1 or runs * longest * longest >= length * length:
+        causal = exact and runs == 1
+        return attention(query, key, value, scale, None if causal else mask, causal, dtype)
+    device = query.device
+    offsets = torch.arange(longest, device=device)
+    first = torch.tensor(starts, device=device)
+    size = torch.tensor(spans, device=device)
+    # position of row r, slot j: its run's start + j (clamped into the run's last token)
+    gather = (first[:, None] + torch.minimum(offsets[None, :], size[:, None] - 1)).flatten()
+    back = torch.repeat_interleave(torch.arange(runs, device=device) * longest, size)
+    back += torch.arange(length, device=device) - torch.repeat_interleave(first, size)
+
+    def split(x: torch.Tensor) -> torch.Tensor:
+        taken = x.index_select(2, gather).reshape(batch, x.shape[1], runs, longest, width)
+        return taken.transpose(1, 2).reshape(batch * runs, x.shape[1], longest, width)
+
+    out = attention(split(query), split(key), split(value), scale, None, True, dtype)
+    out = out.reshape(batch, runs, heads, longest, width).transpose(1, 2)
+    return out.reshape(batch, heads, runs * longest, width).index_select(2, back)
+
+
+def _is_packed(op: Op, context: Context) -> bool:
+    """Whether the mask operand is made by `packed_mask`."""
+    producer = context.producer(op.operands[4])
+    return bool(
+        producer is not None
+        and producer.kind == "call"
+        and producer.attrs.get("callee") == "std.nn.attention::packed_mask"
+    )
+
+
 def _is_causal(op: Op, context: Context) -> bool:
     """Whether the mask operand is `causal_mask<Q, Q>` (SDPA's square `is_causal`)."""
     producer = context.producer(op.operands[4])
@@ -390,6 +452,24 @@ def find_attention(op: Op, context: Context) -> Native | None:
     held = storage(q.dtype)
     spelled = _dtype_name(q.dtype)
     callee = str(op.attrs["callee"])
+    if masked and q.shape[2] == k.shape[2] and _is_packed(op, context):
+
+        def packed(
+            query: torch.Tensor,
+            key: torch.Tensor,
+            value: torch.Tensor,
+            scale: torch.Tensor,
+            mask: torch.Tensor,
+        ) -> torch.Tensor:
+            return packed_attention(
+                query, key, value, scale if known is None else known, mask, held
+            )
+
+        def packed_source(a: Sequence[str]) -> str:
+            scale = a[3] if known is None else repr(known)
+            return f"natives.packed_attention({a[0]}, {a[1]}, {a[2]}, {scale}, {a[4]}, {spelled})"
+
+        return Native(callee, packed, packed_source)
 
     def kernel(
         query: torch.Tensor,
@@ -412,6 +492,42 @@ def find_attention(op: Op, context: Context) -> Native | None:
         )
 
     return Native(callee, kernel, source)
+
+
+# -- losses over a vocabulary -----------------------------------------------------------
+
+
+def find_linear_loss(op: Op, context: Context) -> Native | None:
+    """`linear_token_log_probs` (3 operands) or `linear_cross_entropy` (4), chunked."""
+    callee = str(op.attrs["callee"])
+    weighted = callee.endswith("::linear_cross_entropy")
+    if len(op.operands) != (4 if weighted else 3):
+        return None
+    hidden, weight, targets = (v.type for v in op.operands[:3])
+    if hidden.dtype not in FLOAT_DTYPES or hidden.rank != 2 or weight.rank != 2:
+        return None
+    if weight.dtype != hidden.dtype or weight.shape[1] != hidden.shape[1]:
+        return None
+    rows = hidden.shape[0]
+    if targets != TensorType((rows,), "i64"):
+        return None
+    if weighted:
+        if op.operands[3].type != TensorType((rows,), "f32"):
+            return None
+        if op.results[0].type != TensorType((), "f32"):
+            return None
+        return Native(
+            callee,
+            chunked_loss.linear_cross_entropy,
+            lambda a: f"natives.chunked_loss.linear_cross_entropy({', '.join(a)})",
+        )
+    if op.results[0].type != TensorType((rows,), "f32"):
+        return None
+    return Native(
+        callee,
+        chunked_loss.linear_log_probs,
+        lambda a: f"natives.chunked_loss.linear_log_probs({', '.join(a)})",
+    )
 
 
 # -- cache writes ----------------------------------------------------------------------
@@ -621,6 +737,8 @@ FINDERS: dict[str, Finder] = {
     ),
     "std.nn.cache::write_rows": find_write_rows,
     "std.nn.cache::write_slots": find_write_slots,
+    "std.nn.loss::linear_token_log_probs": find_linear_loss,
+    "std.nn.loss::linear_cross_entropy": find_linear_loss,
 }
 
 
