@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from linnet.train.data import Batch, Example, pack
 from linnet.train.entries import packed_hidden, packed_log_probs, packed_loss
-from linnet.train.lora import add_lora, lora_adapters, merge_lora, remove_lora
 from linnet.train.loop import History, Step, train
+from linnet.train.lora import add_lora, lora_adapters, merge_lora, remove_lora
 from linnet.train.peft import load_lora, save_lora
 from linnet.train.schedule import CosineSchedule, cosine_schedule
 
