@@ -138,10 +138,17 @@ def _card_fields(card: Card) -> list[str]:
     if not (card.license or "").strip():
         problems.append(f'{CARD_NAME}: `license` is missing (an SPDX id: license = "apache-2.0")')
     for key in ("source", "weights", "bindings", "tokenizer"):
-        where = getattr(card, key)
-        if where is not None and not where.exists():
-            problems.append(f"{CARD_NAME}: `{key}` names {where}, which does not exist")
+        for where in _card_paths(getattr(card, key)):
+            if not where.exists():
+                problems.append(f"{CARD_NAME}: `{key}` names {where}, which does not exist")
     return problems
+
+
+def _card_paths(value: Path | tuple[Path, ...] | None) -> tuple[Path, ...]:
+    """A card field's paths: none, one, or the list `weights` may hold."""
+    if value is None:
+        return ()
+    return value if isinstance(value, tuple) else (value,)
 
 
 def _bound_model(card: Card, problems: list[str]) -> Any:
@@ -185,7 +192,7 @@ def _weight_problems(card: Card, model: Any) -> list[str]:
         except LinnetError as exc:
             return [f"weights: {exc.message}"]
         return []
-    if not card.weights.exists():
+    if not all(path.exists() for path in _card_paths(card.weights)):
         return []  # reported with the card's fields
     try:
         found = weight_problems(specs_from_model(model), card.weights, bindings=card.bindings)
