@@ -420,7 +420,12 @@ def background(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(server), log_level="warning", timeout_keep_alive=5)
+    # log_config=None: uvicorn's own logging set-up goes through `logging.config.dictConfig`,
+    # which closes every handler the host process has (absl's, a test runner's); embedded,
+    # the host's logging is left as it is and only uvicorn's loggers get the level.
+    config = uvicorn.Config(
+        create_app(server), log_config=None, log_level="warning", timeout_keep_alive=5
+    )
     instance = uvicorn.Server(config)
     thread = threading.Thread(target=instance.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
