@@ -55,10 +55,21 @@ def quantised_source(bits: int, group: int = 128, source: Path = SOURCE) -> str:
         )
     else:
         raise ValueError(f"bits must be 4 or 8, not {bits}")
+    text = _without_training_entries(text)
     uses = "use std.nn.rope::{rope, rope_rows}\n"
     return text.replace(uses, uses + f"use std.quant::{{{block}}}\n").replace(
         "use std.nn.linear::{Linear}\n", ""
     )
+
+
+_TRAINING_ENTRY = re.compile(r"\n    pub entry (?:log_probs|loss)_packed<.*?\n    }\n", re.S)
+
+
+def _without_training_entries(text: str) -> str:
+    """The source less the entries that read `lm_head.weight` as a float matrix (the chunked
+    training losses): a quantised model is for inference; `hidden_packed` stays."""
+    text = _TRAINING_ENTRY.sub("", text)
+    return text.replace("use std.nn.loss::{linear_cross_entropy, linear_token_log_probs}\n", "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
