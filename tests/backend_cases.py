@@ -179,6 +179,51 @@ def bitwise_case(kind: str, dtype: str) -> Case:
     return one_op(kind, [TensorType(SHAPE, dtype)] * 2), [a, b]
 
 
+def select_cases(dtype: str) -> list[Case]:
+    """`select` with broadcast operands, and with a constant scalar branch as masks write it."""
+    rng = rng_for("select", dtype)
+    c = random_array(rng, "bool", (3, 1))
+    a, b = random_array(rng, dtype, (3, 4)), random_array(rng, dtype, (4,))
+    types = [TensorType(c.shape, "bool"), TensorType(a.shape, dtype), TensorType(b.shape, dtype)]
+    bb = Builder.for_function(
+        [("c", TensorType(c.shape, "bool")), ("a", TensorType(a.shape, dtype))]
+    )
+    out = bb.select(bb.args[0], bb.args[1], bb.const(b[0], dtype))
+    out2 = bb.select(bb.args[0], bb.const(b[1], dtype), bb.args[1])
+    return [(one_op("select", types), [c, a, b]), (bb.finish_function("s", [out, out2]), [c, a])]
+
+
+def shape_ops_case() -> Case:
+    """broadcast, permute, strided/clamped/empty slices, concat and a rank-0 reshape in one."""
+    x = random_array(rng_for("shape"), "f32", (2, 3, 4))
+    b = Builder.for_function([("x", TensorType(x.shape, "f32"))])
+    (v,) = b.args
+    outs = [
+        b.broadcast(b.reshape(v, (2, 1, 12)), (5, 2, 3, 12)),
+        b.permute(v, (2, 0, 1)),
+        b.slice(v, (0, 1, 0), (2, 3, 4), (1, 1, 2)),
+        b.slice(v, (1, 0, 1), (9, 3, 7), (1, 2, 3)),  # stop clamped (language.md 9.3)
+        b.slice(v, (0, 3, 0), (2, 3, 4)),  # empty
+        b.concat([v, v, b.slice(v, (0, 0, 0), (2, 3, 1))], 2),
+        b.concat([v, v], 0),
+        b.reshape(b.slice(v, (0, 0, 0), (1, 1, 1)), ()),
+    ]
+    return b.finish_function("shapes", outs), [x]
+
+
+def gather_cases(index_dtype: str) -> list[Case]:
+    """`gather` on every axis with scalar, vector and matrix indices of `index_dtype`."""
+    rng = rng_for("gather", index_dtype)
+    x = random_array(rng, "f32", (4, 5, 6))
+    cases: list[Case] = []
+    for axis in range(3):
+        for shape in [(), (3,), (2, 3)]:
+            idx = rng.integers(0, x.shape[axis], size=shape).astype(numpy_dtype(index_dtype))
+            types = [TensorType(x.shape, "f32"), TensorType(idx.shape, index_dtype)]
+            cases.append((one_op("gather", types, {"axis": axis}), [x, idx]))
+    return cases
+
+
 def shift_cases(kind: str, dtype: str) -> list[Case]:
     """Amounts outside 0..width-1 (negative too): 0 for shl, the sign fill for shr; as an
     input, as a constant, and constant amounts in range (the guard an exporter may drop)."""

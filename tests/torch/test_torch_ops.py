@@ -21,9 +21,12 @@ from backend_cases import (
     cast_source,
     const_first,
     division_edge_cases,
+    gather_cases,
     one_op,
     random_array,
     rng_for,
+    select_cases,
+    shape_ops_case,
     shift_cases,
     unsigned_large_cases,
     with_const,
@@ -134,53 +137,20 @@ def test_cast(source: str, target: str, mode: str) -> None:
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", ["bool", "i8", "u64", "bf16", "f32"])
 def test_select(dtype: str, mode: str) -> None:
-    rng = rng_for("select", dtype)
-    c = random_array(rng, "bool", (3, 1))
-    a, b = random_array(rng, dtype, (3, 4)), random_array(rng, dtype, (4,))
-    types = [TensorType(c.shape, "bool"), TensorType(a.shape, dtype), TensorType(b.shape, dtype)]
-    check(one_op("select", types), [c, a, b], mode)
-    # a constant scalar branch, as masks write it
-    bb = Builder.for_function(
-        [("c", TensorType(c.shape, "bool")), ("a", TensorType(a.shape, dtype))]
-    )
-    out = bb.select(bb.args[0], bb.args[1], bb.const(b[0], dtype))
-    out2 = bb.select(bb.args[0], bb.const(b[1], dtype), bb.args[1])
-    check(bb.finish_function("s", [out, out2]), [c, a], mode)
+    for fn, inputs in select_cases(dtype):
+        check(fn, inputs, mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_shape_ops(mode: str) -> None:
-    rng = rng_for("shape")
-    x = random_array(rng, "f32", (2, 3, 4))
-    b = Builder.for_function([("x", TensorType(x.shape, "f32"))])
-    (v,) = b.args
-    outs = [
-        b.broadcast(b.reshape(v, (2, 1, 12)), (5, 2, 3, 12)),
-        b.permute(v, (2, 0, 1)),
-        b.slice(v, (0, 1, 0), (2, 3, 4), (1, 1, 2)),
-        b.slice(v, (1, 0, 1), (9, 3, 7), (1, 2, 3)),  # stop clamped (language.md 9.3)
-        b.slice(v, (0, 3, 0), (2, 3, 4)),  # empty
-        b.concat([v, v, b.slice(v, (0, 0, 0), (2, 3, 1))], 2),
-        b.concat([v, v], 0),
-        b.reshape(b.slice(v, (0, 0, 0), (1, 1, 1)), ()),
-    ]
-    check(b.finish_function("shapes", outs), [x], mode)
+    check(*shape_ops_case(), mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("index_dtype", ["i32", "i64", "u8", "u32", "i8"])
 def test_gather(index_dtype: str, mode: str) -> None:
-    rng = rng_for("gather", index_dtype)
-    x = random_array(rng, "f32", (4, 5, 6))
-    for axis in range(3):
-        for shape in [(), (3,), (2, 3)]:
-            idx = rng.integers(0, x.shape[axis], size=shape).astype(numpy_dtype(index_dtype))
-            fn = one_op(
-                "gather",
-                [TensorType(x.shape, "f32"), TensorType(idx.shape, index_dtype)],
-                {"axis": axis},
-            )
-            check(fn, [x, idx], mode)
+    for fn, inputs in gather_cases(index_dtype):
+        check(fn, inputs, mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
