@@ -21,9 +21,11 @@ from backend_cases import (
     cast_source,
     const_first,
     division_edge_cases,
+    gather_cases,
     one_op,
     random_array,
     rng_for,
+    select_cases,
     shift_cases,
     unsigned_large_cases,
     with_const,
@@ -137,17 +139,8 @@ def test_float_to_int_truncates_and_wraps() -> None:
 
 @pytest.mark.parametrize("dtype", ["bool", "i8", "i16", "u16", "u64", "f16", "f32"])
 def test_select(dtype: str) -> None:
-    rng = rng_for("select", dtype)
-    c = random_array(rng, "bool", (3, 1))
-    a, b = random_array(rng, dtype, (3, 4)), random_array(rng, dtype, (4,))
-    types = [TensorType(c.shape, "bool"), TensorType(a.shape, dtype), TensorType(b.shape, dtype)]
-    check(one_op("select", types), [c, a, b])
-    bb = Builder.for_function(
-        [("c", TensorType(c.shape, "bool")), ("a", TensorType(a.shape, dtype))]
-    )
-    out = bb.select(bb.args[0], bb.args[1], bb.const(b[0], dtype))
-    out2 = bb.select(bb.args[0], bb.const(b[1], dtype), bb.args[1])
-    check(bb.finish_function("s", [out, out2]), [c, a])
+    for fn, inputs in select_cases(dtype):
+        check(fn, inputs)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bool", "u16"])
@@ -176,17 +169,8 @@ def test_shape_ops(dtype: str) -> None:
 
 @pytest.mark.parametrize("index_dtype", ["i32", "i64", "u8", "u32", "i8", "u64"])
 def test_gather(index_dtype: str) -> None:
-    rng = rng_for("gather", index_dtype)
-    x = random_array(rng, "f32", (4, 5, 6))
-    for axis in range(3):
-        for shape in [(), (3,), (2, 3)]:
-            idx = rng.integers(0, x.shape[axis], size=shape).astype(numpy_dtype(index_dtype))
-            fn = one_op(
-                "gather",
-                [TensorType(x.shape, "f32"), TensorType(idx.shape, index_dtype)],
-                {"axis": axis},
-            )
-            check(fn, [x, idx])
+    for fn, inputs in gather_cases(index_dtype):
+        check(fn, inputs)
 
 
 def test_take() -> None:
