@@ -159,36 +159,25 @@ def _scatter(
         else helper.make_node("Identity", [at], [name("at")])
     )
     if write.at.type.shape:  # write_rows: row b's one position is at[b]
-        return [
-            const("size", np.array(size, np.int64)),
-            const("zero", np.array(0, np.int64)),
-            const("shape", np.array([batch, 1, 1, 1], np.int64)),
-            const("full", np.array([batch, heads, 1, width], np.int64)),
-            cast,
-            helper.make_node("Mod", [name("at"), name("size")], [name("wrapped")]),
-            helper.make_node("GreaterOrEqual", [name("at"), name("zero")], [name("low")]),
-            helper.make_node("Less", [name("at"), name("size")], [name("high")]),
-            helper.make_node("And", [name("low"), name("high")], [name("inside")]),
-            helper.make_node("Reshape", [name("wrapped"), name("shape")], [name("index1")]),
-            helper.make_node("Expand", [name("index1"), name("full")], [name("index")]),
-            helper.make_node("Reshape", [name("inside"), name("shape")], [name("mask")]),
-            helper.make_node("GatherElements", [state, name("index")], [name("old")], axis=2),
-            helper.make_node("Where", [name("mask"), value, name("old")], [name("rows_new")]),
-            helper.make_node(
-                "ScatterElements", [state, name("index"), name("rows_new")], [out], axis=2
-            ),
+        positions, rows = name("at"), 1
+        offsets: list[onnx.NodeProto] = []
+    else:  # write_span: the span's rows at at + n
+        positions, rows = name("positions"), span
+        offsets = [
+            const("rows", np.arange(span, dtype=np.int64)),
+            helper.make_node("Add", [name("at"), name("rows")], [positions]),
         ]
+    block = [batch, 1, 1, 1] if write.at.type.shape else [1, 1, span, 1]
     return [
-        const("rows", np.arange(span, dtype=np.int64)),
         const("size", np.array(size, np.int64)),
         const("zero", np.array(0, np.int64)),
-        const("shape", np.array([1, 1, span, 1], np.int64)),
-        const("full", np.array([batch, heads, span, width], np.int64)),
+        const("shape", np.array(block, np.int64)),
+        const("full", np.array([batch, heads, rows, width], np.int64)),
         cast,
-        helper.make_node("Add", [name("at"), name("rows")], [name("positions")]),
-        helper.make_node("Mod", [name("positions"), name("size")], [name("wrapped")]),
-        helper.make_node("GreaterOrEqual", [name("positions"), name("zero")], [name("low")]),
-        helper.make_node("Less", [name("positions"), name("size")], [name("high")]),
+        *offsets,
+        helper.make_node("Mod", [positions, name("size")], [name("wrapped")]),
+        helper.make_node("GreaterOrEqual", [positions, name("zero")], [name("low")]),
+        helper.make_node("Less", [positions, name("size")], [name("high")]),
         helper.make_node("And", [name("low"), name("high")], [name("inside")]),
         helper.make_node("Reshape", [name("wrapped"), name("shape")], [name("index1")]),
         helper.make_node("Expand", [name("index1"), name("full")], [name("index")]),
