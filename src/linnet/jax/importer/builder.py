@@ -25,10 +25,8 @@ from typing import Any
 import numpy as np
 
 from linnet.records import record
-from linnet.sourcegen.graph import Graph, Node, TensorInfo
-
-OPSET = 18
-"""The ONNX opset whose operator forms the emitted nodes take (axes as inputs)."""
+from linnet.sourcegen.builder import GraphBuilder
+from linnet.sourcegen.graph import DimLike, Node, TensorInfo
 
 Shape = tuple[int, ...]
 
@@ -52,44 +50,22 @@ class Reduction:
     keepdims: bool
 
 
-@record(eq=False)
-class Untranslated:
-    """An op the importer cannot translate, with why and where it came from."""
-
-    name: str
-    op: str
-    reason: str
-    where: str
-
-
-class Skip(Exception):
-    """An op this mapping cannot translate (the message says why)."""
-
-
 Ref = str | Lazy
 """What a StableHLO value maps to: a graph value, or a lazy broadcast of one."""
 
 
-class Builder:
+class Builder(GraphBuilder):
     """Fills a `Graph` while walking a StableHLO function's ops in order."""
 
     def __init__(self) -> None:
-        self.graph = Graph(name="model", inputs=[], outputs=[], nodes=[])
-        self.graph.opsets = {"": OPSET}
+        super().__init__()
         self.env: dict[Any, Ref] = {}
-        self.untranslated: list[Untranslated] = []
         self.reductions: dict[str, Reduction] = {}
         self.producers: dict[str, Node] = {}
-        self.where = ""
         self.notes: list[str] = []
         self._materialised: dict[int, str] = {}
-        self._count = 0
 
     # ---------------------------------------------------------------- values
-
-    def fresh(self, hint: str) -> str:
-        self._count += 1
-        return f"{hint}_{self._count}"
 
     def const(self, arr: np.ndarray) -> str:
         """A compile-time constant: a name in `graph.constants`."""
@@ -101,9 +77,6 @@ class Builder:
             name, numpy_dtype_name(arr.dtype), tuple(int(s) for s in arr.shape)
         )
         return name
-
-    def ints(self, values: Sequence[int]) -> str:
-        return self.const(np.array([int(v) for v in values], dtype=np.int64))
 
     def info(self, name: str) -> TensorInfo:
         return self.graph.value_info[name]
@@ -145,24 +118,14 @@ class Builder:
         op: str,
         inputs: Sequence[str],
         dtype: str | None,
-        shape: Sequence[int],
+        shape: Sequence[DimLike],
         attrs: dict[str, Any] | None = None,
         domain: str = "",
+        out: str | None = None,
     ) -> str:
-        """Append one node with one output of type (`dtype`, `shape`)."""
-        name = self.fresh(op.lower())
-        node = Node(
-            op=op,
-            domain=domain,
-            name=name,
-            inputs=tuple(inputs),
-            outputs=(name,),
-            attrs={**(attrs or {}), **({"_where": self.where} if self.where else {})},
-            opset=OPSET if domain == "" else 1,
-        )
-        self.graph.nodes.append(node)
-        self.graph.value_info[name] = TensorInfo(name, dtype, tuple(shape))
-        self.producers[name] = node
+        """Append one node (see `GraphBuilder.emit`), remembered as its output's producer."""
+        name = super().emit(op, inputs, dtype, shape, attrs, domain, out)
+        self.producers[name] = self.graph.nodes[-1]
         return name
 
     def reduce(self, op: str, x: str, axes: Sequence[int], keepdims: bool) -> str:

@@ -21,8 +21,9 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo as shlo
 
-from linnet.jax.importer.builder import Builder, Lazy, Ref, Shape, Skip, broadcast_shape
+from linnet.jax.importer.builder import Builder, Lazy, Ref, Shape, broadcast_shape
 from linnet.jax.importer.mlir import DYNAMIC, dense_array, elements, int_array, tensor_type
+from linnet.sourcegen.builder import Skip
 
 Handler = Callable[[Builder, Any], list[Ref]]
 

@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 from jaxlib.mlir import ir
 
-from linnet.jax.importer.builder import Builder, Lazy, Ref, Skip, Untranslated
+from linnet.jax.importer.builder import Builder, Lazy, Ref
 from linnet.jax.importer.mlir import location, primitive
 from linnet.jax.importer.ops import OPS, elementwise, result_type
+from linnet.sourcegen.builder import Skip, Untranslated
 
 _MAX_DEPTH = 64
 

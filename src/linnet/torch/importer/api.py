@@ -77,6 +77,6 @@ def export_linnet(
 
 
 def _refusal(u: Untranslated) -> Refusal:
-    node = Node(op=u.op.removeprefix("aten."), domain="aten", name=u.node, inputs=(),
-                outputs=(u.node,), attrs={"_where": u.where} if u.where else {})  # fmt: skip
+    node = Node(op=u.op.removeprefix("aten."), domain="aten", name=u.name, inputs=(),
+                outputs=(u.name,), attrs={"_where": u.where} if u.where else {})  # fmt: skip
     return Refusal(node, u.reason)

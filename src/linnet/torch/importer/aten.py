@@ -23,12 +23,11 @@ from __future__ import annotations
 import torch
 from torch import fx
 
+from linnet.sourcegen.builder import Skip, Untranslated
 from linnet.sourcegen.graph import Graph, TensorInfo
 from linnet.torch.dtypes import linnet_dtype
 from linnet.torch.importer.builder import (
     Builder,
-    Skip,
-    Untranslated,
     args_of,
     aten_key,
     np_dtype,

@@ -18,27 +18,10 @@ import numpy as np
 import torch
 from torch import fx
 
-from linnet.records import record
-from linnet.sourcegen.graph import DimLike, Graph, Node, TensorInfo
+from linnet.sourcegen.builder import GraphBuilder, Skip
+from linnet.sourcegen.graph import DimLike, TensorInfo
 from linnet.torch.dtypes import linnet_dtype
 from linnet.torch.importer.capture import Capture
-
-OPSET = 18
-"""The ONNX opset whose operator forms the emitted nodes take (axes as inputs)."""
-
-
-@record(eq=False)
-class Untranslated:
-    """A node the importer cannot translate, with why and where it came from."""
-
-    node: str
-    op: str
-    reason: str
-    where: str
-
-
-class Skip(Exception):
-    """A node this mapping cannot translate (the message says why)."""
 
 
 def source_line(node: fx.Node) -> str:
@@ -54,24 +37,17 @@ def source_line(node: fx.Node) -> str:
     return where
 
 
-class Builder:
+class Builder(GraphBuilder):
     """Fills a `Graph` while walking an exported program's nodes in order."""
 
+    separator = "__"
+
     def __init__(self, cap: Capture) -> None:
+        super().__init__()
         self.cap = cap
-        self.graph = Graph(name="model", inputs=[], outputs=[], nodes=[])
-        self.graph.opsets = {"": OPSET}
         self.names: dict[fx.Node, Any] = {}
-        self.untranslated: list[Untranslated] = []
-        self.scope = ""
-        self.where = ""
-        self._count = 0
 
     # ---------------------------------------------------------------- values
-
-    def fresh(self, hint: str) -> str:
-        self._count += 1
-        return f"{hint}__{self._count}"
 
     def const(self, value: Any, dtype: np.dtype[Any] | type | None = None) -> str:
         """A compile-time constant: a name in `graph.constants`."""
@@ -85,9 +61,6 @@ class Builder:
         self.graph.value_info[name] = TensorInfo(
             name, np_dtype(arr.dtype), tuple(int(s) for s in arr.shape)
         )
-
-    def ints(self, values: Sequence[int]) -> str:
-        return self.const(np.array([int(v) for v in values], dtype=np.int64))
 
     def value(self, arg: Any) -> str:
         """The graph value an argument names (a folded value becomes a constant)."""
@@ -132,33 +105,6 @@ class Builder:
             else:
                 dims.append(int(d))
         return tuple(dims)
-
-    def emit(
-        self,
-        op: str,
-        inputs: Sequence[str],
-        dtype: str | None,
-        shape: Sequence[DimLike],
-        attrs: dict[str, Any] | None = None,
-        domain: str = "",
-        out: str | None = None,
-    ) -> str:
-        """Append one node with one output of type (`dtype`, `shape`)."""
-        name = out or self.fresh(op.lower())
-        self.graph.nodes.append(
-            Node(
-                op=op,
-                domain=domain,
-                name=name,
-                inputs=tuple(inputs),
-                outputs=(name,),
-                attrs={**(attrs or {}), **({"_where": self.where} if self.where else {})},
-                opset=OPSET if domain == "" else 1,
-                scope=self.scope,
-            )
-        )
-        self.graph.value_info[name] = TensorInfo(name, dtype, tuple(shape))
-        return name
 
 
 def numpy_of(t: torch.Tensor) -> np.ndarray[Any, Any]:

@@ -20,11 +20,11 @@ import numpy as np
 import torch
 from torch import fx
 
+from linnet.sourcegen.builder import Skip
 from linnet.torch.dtypes import linnet_dtype
 from linnet.torch.importer.builder import (
     NUMPY,
     Builder,
-    Skip,
     args_of,
     aten_key,
     axis_of,

@@ -13,13 +13,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from torch import fx
 
+from linnet.sourcegen.builder import OPSET, Skip
 from linnet.sourcegen.graph import DimLike, Node, TensorInfo
 from linnet.torch.dtypes import linnet_dtype
 from linnet.torch.importer.builder import (
     NUMPY,
-    OPSET,
     Builder,
-    Skip,
     alias,
     args_of,
     axis_of,
