@@ -43,6 +43,7 @@ from linnet.records import field, record
 from linnet.syntax import ast
 
 if TYPE_CHECKING:
+    from linnet.check.gradclause import GradClauseInfo
     from linnet.check.modules import ModuleGraph
 
 
@@ -175,6 +176,8 @@ class CheckedProgram:
     static_fors: dict[ast.StaticForStmt, StaticForInfo] = field(default_factory=dict)
     functions: dict[ast.FnDecl, FnInfo] = field(default_factory=dict)
     blocks: dict[ast.BlockDecl, BlockInfo] = field(default_factory=dict)
+    # gradient clauses of ops (language-extensions 3), checked and applicable
+    grad_clauses: dict[FnInfo, GradClauseInfo] = field(default_factory=dict)
     _manifests: dict[str, list[BlockManifest]] = field(default_factory=dict)
     _footprints: dict[FnInfo, StateFootprint] = field(default_factory=dict)
 

@@ -15,6 +15,12 @@ from linnet.check.context import Context
 from linnet.check.decls import ConstInfo, FnInfo, LocalInfo, MemberInfo, UnresolvedImport
 from linnet.check.dims import Dim
 from linnet.check.exprs import BodyChecker
+from linnet.check.gradclause import (
+    ClauseChecker,
+    check_clause_return,
+    check_grad_clause,
+    clause_assigns_state,
+)
 from linnet.check.members import block_path
 from linnet.check.patterns import bind_pattern
 from linnet.check.program import StaticForInfo
@@ -62,7 +68,7 @@ def check_function(ctx: Context, fn: FnInfo) -> list[LocalInfo]:
             notes=(f"the declared result type is {show(fn.result)}",),
             help=("end the function with `return value`",),
         )
-    return chk.new_locals
+    return chk.new_locals + check_grad_clause(ctx, fn)
 
 
 def check_stmts(chk: BodyChecker, stmts: tuple[ast.Stmt, ...]) -> None:
@@ -114,6 +120,9 @@ def check_assign(chk: BodyChecker, s: ast.AssignStmt) -> None:
     chk.resolutions[s.target] = decl
     if isinstance(decl, UnresolvedImport):
         chk.expr(s.value)
+        return
+    if isinstance(chk, ClauseChecker) and isinstance(decl, MemberInfo) and decl.kind == "state":
+        clause_assigns_state(chk, s)  # language-extensions 3.2 G7
         return
     target: Type | None = None
     if isinstance(decl, LocalInfo) and decl.mutable:
@@ -176,6 +185,9 @@ def check_return(chk: BodyChecker, s: ast.ReturnStmt) -> None:
             help=("assign a `var` in the loop and return it after the loop",),
         )
     if fn is None:
+        return
+    if isinstance(chk, ClauseChecker):
+        check_clause_return(chk, s)  # language-extensions 3.2 G8
         return
     if fn.result is None:
         if s.value is not None:

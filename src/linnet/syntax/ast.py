@@ -473,6 +473,21 @@ FnKind = Literal["fn", "op", "entry"]
 
 
 @node
+class GradClause:
+    """`grad(y, dy) { ... }` after a body (language-extensions 3.1).
+
+    `result` names the op's result, `gradient` its incoming gradient; `head`
+    spans `grad(y, dy)` (where E2125 points).
+    """
+
+    result: Ident
+    gradient: Ident
+    body: Body
+    head: Span
+    span: Span
+
+
+@node
 class FnDecl:
     pub: bool
     kind: FnKind
@@ -483,6 +498,7 @@ class FnDecl:
     where: Where | None
     body: Body
     span: Span
+    grad: GradClause | None = None
 
 
 @node

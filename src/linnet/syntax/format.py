@@ -229,7 +229,24 @@ class _FilePrinter(ExprPrinter):
             parts.extend((" ", self.tok("->"), " ", self.type(fn.result)))
         parts.append(self._where(fn.where))
         parts.append(self._body(fn.body))
+        if fn.grad is not None:
+            parts.append(self._grad_clause(fn.grad))
         return Concat(tuple(parts))
+
+    def _grad_clause(self, g: ast.GradClause) -> DocLike:
+        """` grad(y, dy) {` on the line of the body's `}` (language-extensions 3.1)."""
+        return concat(
+            " ",
+            self.tok("grad"),
+            self.tok("("),
+            self.ident(g.result),
+            self.tok(","),
+            " ",
+            self.ident(g.gradient),
+            self.tok(")"),
+            " ",
+            self._body(g.body),
+        )
 
     def _block(self, b: ast.BlockDecl) -> DocLike:
         head = concat(

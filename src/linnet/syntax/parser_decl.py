@@ -361,6 +361,7 @@ class DeclParser(ExprParser):
             )
         where = self.where() if self.texts[self.pos] == "where" else None
         body = self.body()
+        grad = self.grad_clause()
         return ast.FnDecl(
             pub,
             kind,
@@ -370,6 +371,30 @@ class DeclParser(ExprParser):
             result,
             where,
             body,
+            Span(self.file, start, (body if grad is None else grad).span.end),
+            grad,
+        )
+
+    def grad_clause(self) -> ast.GradClause | None:
+        """GradClause ::= 'grad' '(' IDENT ',' IDENT ')' Body, after any function body
+        (language-extensions rule 19: `grad` is contextual; the checker reports E2125
+        where a clause cannot stand)."""
+        pos = self.pos
+        if self.kinds[pos] is not IDENT or self.texts[pos] != "grad":
+            return None
+        start = self.starts[pos]
+        self.pos += 1
+        self.expect("(")
+        result = self.ident("the name of the op's result")
+        self.expect(",")
+        gradient = self.ident("the name of the incoming gradient")
+        head_end = self.expect(")")
+        body = self.body()
+        return ast.GradClause(
+            result,
+            gradient,
+            body,
+            Span(self.file, start, head_end),
             Span(self.file, start, body.span.end),
         )
 
