@@ -432,8 +432,19 @@ class Builder:
         args: Sequence[Value],
         body: RegionSpec,
         generics: Mapping[str, object] | None = None,
+        *,
+        gradient: Region | None = None,
+        wrt: Sequence[int] = (),
     ) -> tuple[Value, ...]:
-        """A named `op` call whose body computes it (a backend may substitute a native kernel)."""
+        """A named `op` call whose body computes it (a backend may substitute a native kernel).
+
+        `gradient` is the op's gradient clause (language-extensions 3.4): a region with
+        args (operands, result, incoming gradient) returning the gradients of the operands
+        at positions `wrt` (attr `wrt`); it replaces the body's derivative.
+        """
         region = self._region(body, [v.type for v in args])
         attrs: dict[str, object] = {"callee": callee, "generics": dict(generics or {})}
-        return self.add("call", tuple(args), attrs, regions=(region,))
+        if gradient is None:
+            return self.add("call", tuple(args), attrs, regions=(region,))
+        attrs["wrt"] = [int(i) for i in wrt]
+        return self.add("call", tuple(args), attrs, regions=(region, gradient))

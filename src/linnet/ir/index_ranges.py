@@ -174,9 +174,9 @@ class _Walker:
         if write is not None:
             self.cache_write(op, *write)
             return
-        if len(op.regions) != 1:
+        if not op.regions:
             return
-        (body,) = op.regions
+        body = op.regions[0]  # not the gradient clause
         for arg, operand in zip(body.args, op.operands, strict=True):
             if operand in self.terms:
                 self.terms[arg] = self.terms[operand]

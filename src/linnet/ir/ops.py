@@ -541,10 +541,36 @@ def check_call(
         raise fail(kind, f"attr callee must be a non-empty string, got {callee!r}")
     if not isinstance(attrs.get("generics", {}), dict):
         raise fail(kind, "attr generics must be a dict")
-    if len(regions) != 1:
-        raise fail(kind, f"{callee} needs exactly one body region")
+    if len(regions) not in (1, 2):
+        raise fail(kind, f"{callee} needs a body region (and at most a gradient region)")
     _signature(kind, regions[0], f"{callee} body", tuple(operands), None)
-    return _types_of(regions[0].results)
+    results = _types_of(regions[0].results)
+    if len(regions) == 2:
+        _check_gradient(kind, str(callee), operands, attrs, regions[1], results)
+    return results
+
+
+def _check_gradient(
+    kind: str,
+    callee: str,
+    operands: Sequence[TensorType],
+    attrs: Mapping[str, object],
+    region: Region,
+    results: Types,
+) -> None:
+    """A gradient clause region (language-extensions 3.4): args (operands, result,
+    incoming gradient), results the gradients of the operands listed in attr `wrt`."""
+    wrt = attrs.get("wrt")
+    if (
+        not isinstance(wrt, list)
+        or not wrt
+        or not all(isinstance(i, int) and 0 <= i < len(operands) for i in wrt)
+    ):
+        raise fail(kind, f"{callee}: attr wrt must list operand positions, got {wrt!r}")
+    if len(results) != 1 or results[0].dtype not in FLOAT_DTYPES:
+        raise fail(kind, f"{callee}: a gradient region needs one floating result")
+    wanted = tuple(operands[i] for i in wrt)
+    _signature(kind, region, f"{callee} gradient", (*operands, *results, *results), wanted)
 
 
 RULES: dict[str, Rule] = {

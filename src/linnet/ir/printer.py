@@ -27,7 +27,7 @@ from linnet.ir.core import FLOAT_DTYPES, Function, Op, Program, Region, TensorTy
 
 MAX_CONST_ELEMENTS = 16
 _BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:]*")  # names and paths print unquoted
-_REGION_ROLES = {"while": ("cond", "body"), "if": ("then", "else"), "call": ("body",)}
+_REGION_ROLES = {"while": ("cond", "body"), "if": ("then", "else"), "call": ("body", "gradient")}
 
 
 def _number(value: object, dtype: str) -> str:

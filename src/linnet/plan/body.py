@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from linnet.check.decls import FnInfo, LocalInfo, MemberInfo
-from linnet.check.types import I64, ArrayType, TupleType, scalar
+from linnet.check.types import I64, ArrayType, TupleType, Type, scalar
 from linnet.errors import InternalError
 from linnet.plan.ct import strip_parens
 from linnet.plan.exprs import ExprEncoder, Json, PlanState
@@ -48,6 +48,10 @@ class BodyEncoder(ExprEncoder):
         result = self.expr(value)
         self._emit("yield", [result], [])
         return {"args": [], "ops": self.ops}
+
+    def result_type(self) -> Type | None:
+        """What a `return` returns: the function's result (a clause's gradients differ)."""
+        return self.fn.result if self.fn is not None else None
 
     # -- statements ------------------------------------------------------------------
 
@@ -84,7 +88,7 @@ class BodyEncoder(ExprEncoder):
         if s.value is None:
             self._emit("return", [], [])
             return
-        result = self.fn.result if self.fn is not None else None
+        result = self.result_type()
         inner = strip_parens(s.value)
         if isinstance(result, TupleType) and isinstance(inner, ast.TupleExpr):
             values = [self.expr(e) for e in inner.elems]

@@ -214,7 +214,21 @@ class _Planner:
             "states": _paths(footprint.reads | footprint.writes),
             "state_writes": _paths(footprint.writes),
             "body": body,
+            **({"gradient": self._gradient(fn)} if fn.kind == "op" else {}),
         }
+
+    def _gradient(self, fn: FnInfo) -> JSON:
+        """An op's gradient clause as a region (language-extensions 0.5), or null."""
+        clause = self.program.grad_clauses.get(fn)
+        if clause is None:
+            return None
+        from linnet.plan.gradient import ClauseEncoder
+        from linnet.plan.optimize import optimize_region
+
+        region = ClauseEncoder(self.state, fn, clause).region()
+        if self.optimize:
+            optimize_region(region)
+        return region
 
     def _constants(self) -> list[JSON]:
         from linnet.plan.optimize import optimize_region

@@ -37,7 +37,9 @@ import torch.nn.functional as F
 
 from linnet.ir.core import Function, Op, Region, Value
 from linnet.ir.pynames import Namer
+from linnet.ir.regions import region_free_values
 from linnet.records import record
+from linnet.torch import clauses as clauses_module
 from linnet.torch import natives as natives_module
 from linnet.torch import ops as ops_module
 from linnet.torch.analysis import Hoisting, free_values, hoist, walk, weights_key
@@ -121,7 +123,9 @@ class Generated:
 
 # Module names and builtins the generated code uses; globals start with "_",
 # which `Namer.fresh` never produces.
-_RESERVED = frozenset({"torch", "F", "ops", "natives", "W", "S", "H", "DEVICE", "bool", "float"})
+_RESERVED = frozenset(
+    {"torch", "F", "ops", "natives", "clauses", "W", "S", "H", "DEVICE", "bool", "float"}
+)
 
 
 class _Emitter:
@@ -466,6 +470,9 @@ class _Emitter:
             args = [self.name(v) for v in op.operands]
             self.assign(op, native.source(args), f"{callee} (native)")
             return
+        if len(op.regions) == 2:
+            self.emit_clause_call(op, callee)
+            return
         (body,) = op.regions
         self.line(f"# {callee}")
         # Region values are SSA: arguments and results alias the caller's names.
@@ -477,6 +484,31 @@ class _Emitter:
                 self.line(f"{self.name(result)} = {self.name(value)}")
             else:
                 self.name.names[result] = self.name(value)
+
+    def emit_clause_call(self, op: Op, callee: str) -> None:
+        """An op with a gradient clause: its body and clause as local functions, applied
+        through `clauses.apply` (one `torch.autograd.Function`, language-extensions 3.4).
+        Values the clause reads from outside are bound as defaults when the call runs,
+        since `del` may drop them before the backward pass."""
+        body, gradient = op.regions
+        forward = self.name.fresh("forward")
+        backward = self.name.fresh("backward")
+        self.line(f"# {callee} (gradient clause)")
+        self._local_function(forward, body, [])
+        free = sorted({self.name(v) for v in region_free_values(gradient)})
+        self._local_function(backward, gradient, free)
+        wrt = tuple(int(i) for i in op.attrs["wrt"])  # type: ignore[attr-defined]
+        args = "".join(f", {self.name(v)}" for v in op.operands)
+        self.assign(op, f"clauses.apply({forward}, {backward}, {wrt!r}{args})")
+
+    def _local_function(self, name: str, region: Region, defaults: Sequence[str]) -> None:
+        params = [self.name(v) for v in region.args] + [f"{d}={d}" for d in defaults]
+        self.line(f"def {name}({', '.join(params)}):")
+        self.depth += 1
+        self.region(region)
+        results = [self.name(v) for v in region.results]
+        self.line(f"return {results[0]}" if len(results) == 1 else f"return ({', '.join(results)})")
+        self.depth -= 1
 
 
 def _as_linear(op: Op, plan: ContractPlan) -> bool:
@@ -550,6 +582,7 @@ def generate(
         "F": F,
         "ops": ops_module,
         "natives": natives_module,
+        "clauses": clauses_module,
         "DEVICE": device,
     }
     for name, value in fn.inputs:

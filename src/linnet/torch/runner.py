@@ -25,6 +25,8 @@ import torch
 
 from linnet.errors import InternalError
 from linnet.ir.core import Function, Op, Region, Value
+from linnet.ir.regions import region_free_values
+from linnet.torch import clauses
 from linnet.torch.analysis import free_values, hoist, walk, weights_key
 from linnet.torch.natives import find_native
 from linnet.torch.ops import Context, Kernel, make_kernel
@@ -154,6 +156,8 @@ class _Compiler:
         ins = tuple(self.slot(v) for v in op.operands)
         if native is not None:
             return [(_simple_step(native.kernel, ins, self.slot(op.result)), op)]
+        if len(op.regions) == 2:
+            return [(self.clause_call(op, ins), op)]
         # The body runs once per call: its arguments and results share the caller's slots.
         (body,) = op.regions
         for arg, operand in zip(body.args, op.operands, strict=True):
@@ -164,6 +168,44 @@ class _Compiler:
                 raise InternalError(f"call result {result!r} is defined twice")
             self.slots[result] = self.slot(value)
         return steps
+
+    def clause_call(self, op: Op, ins: tuple[int, ...]) -> Step:
+        """An op with a gradient clause: one `torch.autograd.Function` (`clauses`).
+
+        The body and the clause run on this environment; the values the clause reads
+        from outside are captured when the op runs (later steps may release them)."""
+        body, gradient = op.regions
+        body_args = [self.slot(v) for v in body.args]
+        body_steps = self.region(body)
+        body_out = self.slot(body.results[0])
+        grad_args = [self.slot(v) for v in gradient.args]
+        grad_steps = self.region(gradient)
+        grad_outs = [self.slot(v) for v in gradient.results]
+        free = [self.slot(v) for v in region_free_values(gradient)]
+        wrt = tuple(int(i) for i in op.attrs["wrt"])  # type: ignore[attr-defined]
+        out = self.slot(op.result)
+
+        def step(env: Env) -> None:
+            captured = [env[i] for i in free]
+
+            def forward(*args: torch.Tensor) -> torch.Tensor:
+                for i, value in zip(body_args, args, strict=True):
+                    env[i] = value
+                run_steps(body_steps, env)
+                result: torch.Tensor = env[body_out]
+                return result
+
+            def backward(*args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                for i, value in zip(free, captured, strict=True):
+                    env[i] = value
+                for i, value in zip(grad_args, args, strict=True):
+                    env[i] = value
+                run_steps(grad_steps, env)
+                return tuple(env[i] for i in grad_outs)
+
+            env[out] = clauses.apply(forward, backward, wrt, *[env[i] for i in ins])
+
+        return step
 
 
 def releasing(

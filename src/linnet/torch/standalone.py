@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from linnet.ir.core import TensorType
-from linnet.torch import natives, ops
+from linnet.torch import clauses, natives, ops
 
 DEVICE = torch.device("cpu")
 

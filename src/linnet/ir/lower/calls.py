@@ -31,7 +31,7 @@ from linnet.check.program import CallInfo
 from linnet.check.types import DTypeVar
 from linnet.errors import InternalError
 from linnet.ir.bind import BlockInstance
-from linnet.ir.core import Value
+from linnet.ir.core import Region, Value
 from linnet.ir.env import Env
 from linnet.ir.lower.context import Frame, Lowerer, local_value, not_supported
 from linnet.ir.lower.reuse import signature_key
@@ -151,7 +151,7 @@ def _op_call(lw: Lowerer, frame: Frame) -> LV:
     kept = lw.regions.get(key)
     if kept is not None:  # the same op, generics and argument types: a clone (reuse)
         region, result = kept
-        values = lw.b.call(fn.qualified_name, operands, region, call_generics(frame))
+        values = _call(lw, frame, operands, region, result)
         return rebuild(result, iter(values))
     outer = lw.push([v.type for v in operands])
     region_args = iter(lw.b.args)
@@ -163,8 +163,24 @@ def _op_call(lw: Lowerer, frame: Frame) -> LV:
     finally:
         inner = lw.pop(outer)
     region = lw.regions.put(key, inner.finish(results), result)
-    values = lw.b.call(fn.qualified_name, operands, region, call_generics(frame))
+    values = _call(lw, frame, operands, region, result)
     return rebuild(result, iter(values))
+
+
+def _call(
+    lw: Lowerer, frame: Frame, operands: list[Value], region: Region, result: LV
+) -> tuple[Value, ...]:
+    """The `call` op, with the op's gradient clause as its second region when it has one."""
+    fn = frame.fn
+    assert fn is not None
+    generics = call_generics(frame)
+    clause = lw.program.grad_clauses.get(fn)
+    if clause is None:
+        return lw.b.call(fn.qualified_name, operands, region, generics)
+    from linnet.ir.lower.gradient import gradient_region
+
+    gradient, wrt = gradient_region(lw, frame, operands, region.results, clause)
+    return lw.b.call(fn.qualified_name, operands, region, generics, gradient=gradient, wrt=wrt)
 
 
 def _elementwise_call(lw: Lowerer, fr: Frame, frame: Frame, args: list[LV | None]) -> LV:

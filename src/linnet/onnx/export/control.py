@@ -48,7 +48,7 @@ def lower_call(em: Emitter, op: Op) -> Sequence[str]:
     names = fused_call(em, op)
     if names is not None:
         return names
-    (region,) = op.regions
+    region = op.regions[0]  # a gradient clause (second region) is not forward code
     _propagate_known(em, region, op)
     return em.inline(region, [em.name(v) for v in op.operands])
 
