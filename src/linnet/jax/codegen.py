@@ -37,7 +37,8 @@ from jax import lax
 from linnet.errors import InternalError
 from linnet.ir.core import FLOAT_DTYPES, Function, Op, Region
 from linnet.ir.pynames import Namer
-from linnet.ir.regions import walk
+from linnet.ir.regions import region_free_values, walk
+from linnet.jax import clauses as clauses_module
 from linnet.jax import kernels as kernels_module
 from linnet.jax.dtypes import JNP_NAMES, needs_x64
 from linnet.records import record
@@ -97,7 +98,7 @@ def _tuple(values: Sequence[object]) -> str:
     return f"({items},)" if len(values) == 1 else f"({items})"
 
 
-_RESERVED = frozenset({"jnp", "lax", "K", "W", "S", "np"})
+_RESERVED = frozenset({"jnp", "lax", "K", "W", "S", "np", "clauses"})
 
 
 class _Emitter:
@@ -317,6 +318,9 @@ class _Emitter:
             self.line(call)
 
     def emit_call(self, op: Op) -> None:
+        if len(op.regions) == 2:
+            self.emit_clause_call(op)
+            return
         (body,) = op.regions
         self.line(f"# {op.attrs['callee']}")
         # Region values are SSA: arguments and results alias the caller's names.
@@ -329,11 +333,43 @@ class _Emitter:
             else:
                 self.name.names[result] = self.name(value)
 
+    def emit_clause_call(self, op: Op) -> None:
+        """An op with a gradient clause: its body and clause as nested functions under
+        `jax.custom_vjp` (`clauses.apply`, language-extensions 3.4). The values either
+        region reads from outside (constants aside) are passed as extra arguments, so
+        no traced value is closed over; they receive zero cotangents."""
+        body, gradient = op.regions
+        outside = region_free_values(body) | region_free_values(gradient)
+        free = sorted({self.name(v) for v in outside} - set(self.globals))
+        forward = self.name.fresh("forward")
+        backward = self.name.fresh("backward")
+        self.line(f"# {op.attrs['callee']} (gradient clause)")
+        params = [self.name(v) for v in body.args] + free
+        self.nested(f"def {forward}({', '.join(params)}):", body, None, self.name(body.results[0]))
+        *operands, result, grad = (self.name(v) for v in gradient.args)
+        params = [*operands, *free, result, grad]
+        results = [self.name(v) for v in gradient.results]
+        self.nested(
+            f"def {backward}({', '.join(params)}):",
+            gradient,
+            None,
+            results[0] if len(results) == 1 else _tuple(results),
+        )
+        wrt = tuple(int(i) for i in op.attrs["wrt"])  # type: ignore[attr-defined]
+        args = "".join(f", {a}" for a in [*self.args(op), *free])
+        self.assign(op, f"clauses.apply({forward}, {backward}, {wrt!r}{args})")
+
 
 def generate(fn: Function) -> Generated:
     """`jax.numpy` source for `fn` and the callable it defines (see the module docstring)."""
     namer = Namer(_RESERVED)
-    globals_: dict[str, Any] = {"jnp": jnp, "lax": lax, "K": kernels_module, "np": np}
+    globals_: dict[str, Any] = {
+        "jnp": jnp,
+        "lax": lax,
+        "K": kernels_module,
+        "np": np,
+        "clauses": clauses_module,
+    }
     for name, value in fn.inputs:
         namer.names[value] = namer.fresh(name)
     # Constants first: globals shared by every nested function.
