@@ -12,7 +12,9 @@ and every exporter (ONNX, generated PyTorch, StableHLO) then emits ordinary
 ops. The rules follow section 6.3:
 
 - `call` regions are inlined first: op calls differentiate their canonical
-  bodies (no native kernel stands in);
+  bodies (no native kernel stands in), except that a call of an op with a
+  gradient clause stays one op whose backward pass is its clause, inlined on
+  the operands, the result and the incoming gradient (section 3.3);
 - `cast` between float dtypes converts the gradient; integer and bool values
   (casts to them, comparisons, bitwise ops, `iota`, index values) carry none;
 - `select` sends the gradient to the chosen operand; elementwise `max`/`min`
@@ -109,7 +111,7 @@ def differentiate(
     return Function(
         fn.name,
         fn.inputs,
-        Region(fn.body.args, b.ops, tuple(results)),
+        Region(fn.body.args, _without_clauses(b.ops), tuple(results)),
         (*results,),
         updates,
     )
@@ -122,6 +124,9 @@ def _inline(ops: Sequence[Op], vmap: dict[Value, Value]) -> tuple[list[Op], dict
     """`ops` with every `call` replaced by its body; values renamed through `vmap`."""
     out: list[Op] = []
     for op in ops:
+        if op.kind == "call" and len(op.regions) == 2:
+            out.append(_kept_clause_call(op, vmap))
+            continue
         if op.kind == "call":
             (region,) = op.regions
             inner = dict(vmap)
@@ -142,6 +147,28 @@ def _inline(ops: Sequence[Op], vmap: dict[Value, Value]) -> tuple[list[Op], dict
             vmap[old] = new
         out.append(Op(op.kind, operands, results, dict(op.attrs), regions))
     return out, vmap
+
+
+def _kept_clause_call(op: Op, vmap: dict[Value, Value]) -> Op:
+    """A call of an op with a gradient clause stays one op (its clause is its backward
+    pass, section 3.4); its regions read the renamed outer values."""
+    operands = tuple(vmap.get(v, v) for v in op.operands)
+    regions = tuple(_clone_region(r, vmap) for r in op.regions)
+    results = tuple(Value(r.type, r.name) for r in op.results)
+    for old, new in zip(op.results, results, strict=True):
+        vmap[old] = new
+    return Op(op.kind, operands, results, dict(op.attrs), regions)
+
+
+def _without_clauses(ops: Sequence[Op]) -> list[Op]:
+    """`ops` with each clause call reduced to a plain call (its clause is spent)."""
+    out = []
+    for op in ops:
+        if op.kind == "call" and len(op.regions) == 2:
+            attrs = {k: v for k, v in op.attrs.items() if k != "wrt"}
+            op = Op(op.kind, op.operands, op.results, attrs, op.regions[:1])
+        out.append(op)
+    return out
 
 
 def _clone_region(region: Region, vmap: dict[Value, Value]) -> Region:
@@ -193,6 +220,9 @@ class _Backward:
             if all(g is None for g in gs):
                 continue
             wanted = [v in active for v in op.operands]
+            if op.kind == "call" and len(op.regions) == 2:
+                self.clause(op, gs[0], wanted)
+                continue
             if (op.regions and any(wanted)) or any(_reads(r) & active for r in op.regions):
                 raise LinnetError(
                     f"entry `{self.entry}`: the loss depends on a `{op.kind}` loop or branch, "
@@ -206,6 +236,21 @@ class _Backward:
             for operand, want, g in zip(op.operands, wanted, rule(op, gs), strict=True):
                 if want and g is not None:
                     self.add(operand, g)
+
+    def clause(self, op: Op, g: Value | None, wanted: list[bool]) -> None:
+        """An op with a gradient clause: the clause, inlined on (operands, result, `g`),
+        gives the gradients of the operands in `wrt`; nothing inside the body is
+        differentiated, the other operands receive none (section 3.3)."""
+        if g is None:
+            return
+        gradient = op.regions[1]
+        mapping = dict(zip(gradient.args, (*op.operands, op.result, g), strict=True))
+        ops, mapping = _inline(gradient.ops, mapping)
+        self.b.ops.extend(_without_clauses(ops))
+        wrt = [int(i) for i in op.attrs["wrt"]]  # type: ignore[attr-defined]
+        for index, value in zip(wrt, gradient.results, strict=True):
+            if wanted[index]:
+                self.add(op.operands[index], mapping.get(value, value))
 
     def add(self, value: Value, g: Value) -> None:
         if g.type.shape != value.type.shape:

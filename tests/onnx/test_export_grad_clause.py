@@ -1,0 +1,111 @@
+"""`--grad` through gradient clauses (language-extensions 3.4, 6.3, 6.4).
+
+The exported backward pass of an op with a clause is its clause. The reference
+is `torch.autograd` through linnet.torch, where each such op is a
+`torch.autograd.Function` (tests/torch/test_torch_grad_clause.py checks those
+against NumPy): the same gradients must come out of ONNX Runtime, for the
+module-level `objective` of 3.5 (section 6.4's example) and for a block whose
+op reads a `param` in its clause.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import linnet.torch as lt
+from linnet.cli import main
+from linnet.onnx import export_function, export_model
+from linnet.onnx.export.result import ExportedModel
+
+EXAMPLES = Path(__file__).parents[1] / "conformance" / "valid" / "x3_grad_examples.linnet"
+SOURCE = EXAMPLES.read_text(encoding="utf-8")
+N = 6
+
+
+def _run(exported: ExportedModel, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    session = exported.session("cpu")
+    names = [io.name for io in exported.outputs]
+    return dict(zip(names, session.run(names, feeds), strict=True))
+
+
+def test_objective_gradients_are_the_clauses() -> None:
+    rng = np.random.default_rng(0)
+    a0, b0 = ((rng.normal(size=N) * 2).astype(np.float32) for _ in range(2))
+    exported = export_function(SOURCE, "objective", generics={"N": N}, grad=True)
+    assert [io.name for io in exported.outputs] == ["loss", "grad0", "grad1"]
+    got = _run(exported, {"a": a0, "b": b0})
+    a, b = torch.tensor(a0, requires_grad=True), torch.tensor(b0, requires_grad=True)
+    loss = lt.load_function(SOURCE, "objective")(a, b)
+    ga, gb = torch.autograd.grad(loss, [a, b])
+    np.testing.assert_allclose(got["loss"], loss.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(got["grad0"], ga.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(got["grad1"], gb.numpy(), rtol=1e-5, atol=1e-7)
+    # `snap` has no derivative of its own (a cast to i64): only its clause passes one on.
+    assert np.abs(got["grad1"]).max() > 0
+
+
+BLOCK = """module scaled
+
+pub block Scaler<H: Dim> {
+    param gain: Tensor[H; f32]
+    param shift: Tensor[H; f32]
+
+    op squash(x: Tensor[H; f32], s: Tensor[H; f32]) -> Tensor[H; f32] {
+        return tanh(x) * gain + s
+    } grad(y, dy) {
+        let slope = gain - (y - s) * (y - s) / gain
+        return (dy * slope, dy * 0.5)
+    }
+
+    pub entry loss(x: Tensor[H; f32]) -> f32 {
+        let out = squash(x * gain, shift)
+        return sum[h] out[h] * out[h]
+    }
+}
+"""
+
+
+def test_block_gradients_through_a_clause_equal_autograd() -> None:
+    rng = np.random.default_rng(1)
+    weights = {
+        "gain": rng.normal(size=4).astype(np.float32) + 2.0,
+        "shift": rng.normal(size=4).astype(np.float32),
+    }
+    x0 = rng.normal(size=4).astype(np.float32)
+    exported = export_model(BLOCK, generics={"H": 4}, entry="loss", grad=True)
+    paths = {io.name: io.path for io in exported.outputs if io.name.startswith("grad")}
+    assert list(paths.values()) == ["gain", "shift"]
+    feeds = {"x": x0} | {io.name: weights[io.path] for io in exported.inputs if io.role == "param"}
+    got = _run(exported, feeds)
+    reference = lt.load(BLOCK, generics={"H": 4}, weights=weights, trainable=True)
+    loss = reference.run_entry("loss", [x0])
+    loss.backward()
+    by_path = dict(reference.named_parameters())
+    np.testing.assert_allclose(got["loss"], loss.detach().numpy(), rtol=1e-6)
+    for name, path in paths.items():
+        grad = by_path[path].grad
+        assert grad is not None
+        np.testing.assert_allclose(got[name], grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=path)
+    # NumPy f64 from the clause: `shift` gets dy * 0.5, not the body's dy.
+    g, s = weights["gain"].astype(np.float64), weights["shift"].astype(np.float64)
+    out = np.tanh(x0 * g) * g + s
+    to_shift = next(name for name, path in paths.items() if path == "shift")
+    np.testing.assert_allclose(got[to_shift], 2.0 * out * 0.5, rtol=1e-5)
+
+
+def test_the_cli_exports_section_6_4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "custom_grads.linnet"
+    path.write_text(SOURCE, encoding="utf-8")
+    out = tmp_path / "objective_grad.onnx"
+    code = main(
+        ["onnx", "--grad", "--entry", "objective", "--bind", "N=6", "--output", str(out), str(path)]
+    )
+    assert code == 0, capsys.readouterr().err
+    import onnx
+
+    model = onnx.load(str(out))
+    assert [o.name for o in model.graph.output] == ["loss", "grad0", "grad1"]
