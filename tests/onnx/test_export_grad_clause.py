@@ -5,7 +5,8 @@ is `torch.autograd` through linnet.torch, where each such op is a
 `torch.autograd.Function` (tests/torch/test_torch_grad_clause.py checks those
 against NumPy): the same gradients must come out of ONNX Runtime, for the
 module-level `objective` of 3.5 (section 6.4's example) and for a block whose
-op reads a `param` in its clause.
+op reads a `param` in its clause; and the differentiated entry that `linnet
+torch|jax|stablehlo --grad` print must give them on each of those backends.
 """
 
 from __future__ import annotations
@@ -109,3 +110,49 @@ def test_the_cli_exports_section_6_4(tmp_path: Path, capsys: pytest.CaptureFixtu
 
     model = onnx.load(str(out))
     assert [o.name for o in model.graph.output] == ["loss", "grad0", "grad1"]
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "torch", "torch-generated", "jax", "stablehlo"])
+def test_every_grad_exporter_gives_the_clauses(backend: str) -> None:
+    """The differentiated entry (what `linnet torch|jax|stablehlo --grad` print) on each
+    backend against torch.autograd through the clauses."""
+    from linnet.ir.core import TensorType
+    from linnet.ir.grad import differentiate_entry
+    from linnet.ir.interp import run_function
+    from linnet.pipeline import check_source, lower_module_entry, optimize
+
+    f32 = TensorType((N,), "f32")
+    program = check_source(SOURCE)
+    lowered = optimize(
+        lower_module_entry(program, "examples.custom_grads", "objective", [f32, f32])
+    )
+    fn, names = differentiate_entry(lowered)
+    fn = optimize(fn)
+    assert names == ["a", "b"]
+    assert not any(op.kind == "call" and len(op.regions) == 2 for op in fn.body.ops)
+    rng = np.random.default_rng(2)
+    a0, b0 = ((rng.normal(size=N) * 2).astype(np.float32) for _ in range(2))
+    if backend == "interpreter":
+        got, _ = run_function(fn, {}, {}, [a0, b0])
+    elif backend.startswith("torch"):
+        from linnet.torch.codegen import CompiledFunction
+        from linnet.torch.runner import Runner
+
+        cpu = torch.device("cpu")
+        run = (
+            CompiledFunction(fn, cpu, hoist_weights=False)
+            if backend == "torch-generated"
+            else Runner(fn, cpu, hoist_weights=False)
+        )
+        results, _ = run({}, {}, [torch.from_numpy(a0), torch.from_numpy(b0)])
+        got = [r.numpy() for r in results]
+    else:
+        pytest.importorskip("jax")
+        from linnet.jax.execute import run_function_jax
+
+        got, _ = run_function_jax(fn, [a0, b0], {}, {}, stablehlo=backend == "stablehlo")
+    a, b = torch.tensor(a0, requires_grad=True), torch.tensor(b0, requires_grad=True)
+    loss = lt.load_function(SOURCE, "objective")(a, b)
+    want = [loss.detach().numpy(), *(g.numpy() for g in torch.autograd.grad(loss, [a, b]))]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-7)
