@@ -42,6 +42,7 @@ import numpy as np
 
 from linnet.errors import LinnetError
 from linnet.ir.core import FLOAT_DTYPES, Builder, Function, Op, Region, TensorType, Value
+from linnet.ir.regions import clause_region
 
 if TYPE_CHECKING:
     from linnet.ir.bind import BoundModel
@@ -124,7 +125,7 @@ def _inline(ops: Sequence[Op], vmap: dict[Value, Value]) -> tuple[list[Op], dict
     """`ops` with every `call` replaced by its body; values renamed through `vmap`."""
     out: list[Op] = []
     for op in ops:
-        if op.kind == "call" and len(op.regions) == 2:
+        if clause_region(op) is not None:
             out.append(_kept_clause_call(op, vmap))
             continue
         if op.kind == "call":
@@ -164,7 +165,7 @@ def _without_clauses(ops: Sequence[Op]) -> list[Op]:
     """`ops` with each clause call reduced to a plain call (its clause is spent)."""
     out = []
     for op in ops:
-        if op.kind == "call" and len(op.regions) == 2:
+        if clause_region(op) is not None:
             attrs = {k: v for k, v in op.attrs.items() if k != "wrt"}
             op = Op(op.kind, op.operands, op.results, attrs, op.regions[:1])
         out.append(op)
@@ -220,7 +221,7 @@ class _Backward:
             if all(g is None for g in gs):
                 continue
             wanted = [v in active for v in op.operands]
-            if op.kind == "call" and len(op.regions) == 2:
+            if clause_region(op) is not None:
                 self.clause(op, gs[0], wanted)
                 continue
             if (op.regions and any(wanted)) or any(_reads(r) & active for r in op.regions):
@@ -243,7 +244,8 @@ class _Backward:
         differentiated, the other operands receive none (section 3.3)."""
         if g is None:
             return
-        gradient = op.regions[1]
+        gradient = clause_region(op)
+        assert gradient is not None
         mapping = dict(zip(gradient.args, (*op.operands, op.result, g), strict=True))
         ops, mapping = _inline(gradient.ops, mapping)
         self.b.ops.extend(_without_clauses(ops))

@@ -541,11 +541,13 @@ def check_call(
         raise fail(kind, f"attr callee must be a non-empty string, got {callee!r}")
     if not isinstance(attrs.get("generics", {}), dict):
         raise fail(kind, "attr generics must be a dict")
-    if len(regions) not in (1, 2):
-        raise fail(kind, f"{callee} needs a body region (and at most a gradient region)")
+    clause = "wrt" in attrs  # a gradient clause follows the body (language-extensions 3.4)
+    if len(regions) != 1 + clause:
+        wanted = "a body and a gradient region" if clause else "exactly one body region"
+        raise fail(kind, f"{callee} needs {wanted}")
     _signature(kind, regions[0], f"{callee} body", tuple(operands), None)
     results = _types_of(regions[0].results)
-    if len(regions) == 2:
+    if clause:
         _check_gradient(kind, str(callee), operands, attrs, regions[1], results)
     return results
 

@@ -49,3 +49,14 @@ def paths_read(fn: Function, kind: str) -> list[str]:
         if op.kind == kind:
             seen.setdefault(str(op.attrs["path"]), None)
     return list(seen)
+
+
+def clause_region(op: Op) -> Region | None:
+    """The gradient clause of a `call` (language-extensions 3.4), or None.
+
+    A call of an op with a clause lists the operand positions it differentiates in
+    attr `wrt`; its clause is the region after the body.
+    """
+    if op.kind != "call" or "wrt" not in op.attrs or len(op.regions) < 2:
+        return None
+    return op.regions[1]

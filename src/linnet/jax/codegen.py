@@ -37,7 +37,7 @@ from jax import lax
 from linnet.errors import InternalError
 from linnet.ir.core import FLOAT_DTYPES, Function, Op, Region
 from linnet.ir.pynames import Namer
-from linnet.ir.regions import region_free_values, walk
+from linnet.ir.regions import clause_region, region_free_values, walk
 from linnet.jax import clauses as clauses_module
 from linnet.jax import kernels as kernels_module
 from linnet.jax.dtypes import JNP_NAMES, needs_x64
@@ -318,7 +318,7 @@ class _Emitter:
             self.line(call)
 
     def emit_call(self, op: Op) -> None:
-        if len(op.regions) == 2:
+        if clause_region(op) is not None:
             self.emit_clause_call(op)
             return
         (body,) = op.regions
@@ -338,7 +338,8 @@ class _Emitter:
         `jax.custom_vjp` (`clauses.apply`, language-extensions 3.4). The values either
         region reads from outside (constants aside) are passed as extra arguments, so
         no traced value is closed over; they receive zero cotangents."""
-        body, gradient = op.regions
+        body, gradient = op.regions[0], clause_region(op)
+        assert gradient is not None
         outside = region_free_values(body) | region_free_values(gradient)
         free = sorted({self.name(v) for v in outside} - set(self.globals))
         forward = self.name.fresh("forward")

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from linnet.ir.core import Function, Op, Region, Value
 from linnet.ir.pynames import Namer
-from linnet.ir.regions import region_free_values
+from linnet.ir.regions import clause_region, region_free_values
 from linnet.records import record
 from linnet.torch import clauses as clauses_module
 from linnet.torch import natives as natives_module
@@ -470,7 +470,7 @@ class _Emitter:
             args = [self.name(v) for v in op.operands]
             self.assign(op, native.source(args), f"{callee} (native)")
             return
-        if len(op.regions) == 2:
+        if clause_region(op) is not None:
             self.emit_clause_call(op, callee)
             return
         (body,) = op.regions
@@ -490,7 +490,8 @@ class _Emitter:
         through `clauses.apply` (one `torch.autograd.Function`, language-extensions 3.4).
         Values the clause reads from outside are bound as defaults when the call runs,
         since `del` may drop them before the backward pass."""
-        body, gradient = op.regions
+        body, gradient = op.regions[0], clause_region(op)
+        assert gradient is not None
         forward = self.name.fresh("forward")
         backward = self.name.fresh("backward")
         self.line(f"# {callee} (gradient clause)")

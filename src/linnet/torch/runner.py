@@ -25,7 +25,7 @@ import torch
 
 from linnet.errors import InternalError
 from linnet.ir.core import Function, Op, Region, Value
-from linnet.ir.regions import region_free_values
+from linnet.ir.regions import clause_region, region_free_values
 from linnet.torch import clauses
 from linnet.torch.analysis import free_values, hoist, walk, weights_key
 from linnet.torch.natives import find_native
@@ -156,7 +156,7 @@ class _Compiler:
         ins = tuple(self.slot(v) for v in op.operands)
         if native is not None:
             return [(_simple_step(native.kernel, ins, self.slot(op.result)), op)]
-        if len(op.regions) == 2:
+        if clause_region(op) is not None:
             return [(self.clause_call(op, ins), op)]
         # The body runs once per call: its arguments and results share the caller's slots.
         (body,) = op.regions
@@ -174,7 +174,8 @@ class _Compiler:
 
         The body and the clause run on this environment; the values the clause reads
         from outside are captured when the op runs (later steps may release them)."""
-        body, gradient = op.regions
+        body, gradient = op.regions[0], clause_region(op)
+        assert gradient is not None
         body_args = [self.slot(v) for v in body.args]
         body_steps = self.region(body)
         body_out = self.slot(body.results[0])
