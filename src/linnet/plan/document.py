@@ -11,10 +11,11 @@ Top-level keys (version 1): `version`, `module`, `numerics`, `optimized`,
 declares no block with entries: then the document lists its functions),
 `manifest` (every tensor of the instantiated tree, `[*]` for sub-array
 elements and their lengths in `repeat`), `blocks` (keyed `module::Block`),
-`functions` and `constants`. Values, types and regions are encoded by
-`linnet.plan.values` and `linnet.plan.body`; ids are unique in the document
-and symbols are numbered in order of first use, so one input always gives
-the same bytes.
+`functions` and `constants` (an `op`'s record also has `gradient`: its
+gradient clause as a region, or null; language-extensions 0.5). Values,
+types and regions are encoded by `linnet.plan.values` and `linnet.plan.body`;
+ids are unique in the document and symbols are numbered in order of first
+use, so one input always gives the same bytes.
 
 Which functions: those of the root's module (module level and methods, in
 declaration order), the methods of every block in the document, and
