@@ -103,3 +103,31 @@ def test_the_plan_records_the_clause_of_each_op() -> None:
         check_source("module m\n\npub op twice(x: f32) -> f32 {\n    return x * 2.0\n}\n")
     )
     assert plain["functions"][0]["gradient"] is None  # type: ignore[index]
+
+
+def test_an_op_assigning_state_cannot_keep_its_clause() -> None:
+    from linnet.errors import LinnetError
+    from linnet.ir.bind import bind
+    from linnet.ir.lower import lower_entry
+
+    source = """module st
+
+pub block Counter {
+    state seen: Tensor[4; f32]
+
+    op bump(x: Tensor[4; f32]) -> Tensor[4; f32] {
+        seen = x
+        return x * 2.0
+    } grad(y, dy) {
+        return dy
+    }
+
+    pub entry forward(x: Tensor[4; f32]) -> Tensor[4; f32] {
+        return bump(x)
+    }
+}
+"""
+    model = bind(check_source(source))
+    # Such an op is inlined (state updates in program order): its clause would be lost.
+    with pytest.raises(LinnetError, match="gradient clause on `bump`, which assigns state"):
+        lower_entry(model, "forward", [TensorType((4,), "f32")])

@@ -67,6 +67,8 @@ def lower_call(lw: Lowerer, fr: Frame, call: ast.Call) -> LV:
         frame.locals[param] = local_value(lw, frame, _plain(arg), param.type)
     if callee.kind == "op" and not lw.program.state_footprint(callee).writes:
         return _op_call(lw, frame)
+    if callee in lw.program.grad_clauses:  # inlined, the clause would be lost
+        raise not_supported(f"a gradient clause on `{callee.name}`, which assigns state,", fr)
     params = tuple(frame.locals[p] for p in callee.params)
     return lw.inlines.lower(lw, frame, params, lambda: inline(lw, frame))
 
