@@ -120,3 +120,21 @@ def test_a_block_op_reads_its_members_without_closing_over_them() -> None:
     y = np.tanh(x0.astype(np.float64)) * g
     np.testing.assert_allclose(np.asarray(gx), g * (g - y * y / g), rtol=1e-5)
     np.testing.assert_allclose(np.asarray(ggain), y, rtol=1e-5)
+
+
+def test_a_float_generic_clause_in_f64() -> None:
+    source = SOURCE + (
+        "\npub entry squashed<N: Dim>(x: Tensor[N; f64]) -> f64 {\n"
+        "    return sum[n] logistic(x)[n]\n}\n"
+    )
+    x0 = np.linspace(-3.0, 3.0, N)
+    f = load_source(source, entry="squashed", generics={"N": N})
+    before = jax.config.read("jax_enable_x64")
+    jax.config.update("jax_enable_x64", True)  # traced f64 inputs need x64 on the caller's side
+    try:
+        gx = jax.grad(lambda x: f(x))(x0)
+    finally:
+        jax.config.update("jax_enable_x64", before)
+    assert np.asarray(gx).dtype == np.float64
+    s = _sigmoid(x0)
+    np.testing.assert_allclose(np.asarray(gx), s * (1.0 - s), rtol=1e-12)
