@@ -222,3 +222,22 @@ def test_the_corpus_has_the_section_10_rejections() -> None:
     codes = sorted(Path(c.file).name.split("_x3_")[0] for c in X3_INVALID)
     assert codes.count("e2125") == 10
     assert {"e2101", "e2103", "e2202", "e2120", "e1205", "e1201"} <= set(codes)
+
+
+WHERE_FACT = """
+module m
+
+pub op pairs<N: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32]
+where N % 2 == 0 {
+    return x
+} grad(y, dy) {
+    let halves = reshape(dy, [N / 2, 2])
+    return reshape(halves * cast<f32>(N), [N])
+}
+"""
+
+
+def test_the_clause_sees_the_generics_and_where_facts() -> None:
+    clean(WHERE_FACT)
+    d = only(WHERE_FACT.replace("\nwhere N % 2 == 0 {", " {"))
+    assert d.code == "E2203" and position(d) == (6, 18)
