@@ -17,7 +17,8 @@ weights, no state. Weights may be a SafeTensors file, a sharded folder or
 index, or a mapping of path (or checkpoint name, with `bindings`) to NumPy
 or JAX arrays; they are placed on the default device once.
 
-Calling: `f(*inputs)` returns the result (a tuple for a tuple result). An
+Calling: `f(*inputs)` returns the result (a tuple for a tuple result, nested as declared:
+a struct result is the tuple of its fields in declaration order). An
 entry that reads or assigns state is called `f(*inputs, state=mapping)`
 and returns `(result, new_state)`; `state=None` starts from zeros
 (language.md 12.6), `f.initial_state()` gives those zeros. `f.apply(
@@ -40,6 +41,7 @@ from linnet.errors import InternalError, LinnetError
 from linnet.ir.bind import BoundModel, EntrySignature, generics_key
 from linnet.ir.core import FLOAT_DTYPES, Function, TensorType, dtype_of_numpy, numpy_dtype
 from linnet.ir.regions import paths_read
+from linnet.ir.results import regroup
 from linnet.jax.dtypes import WIDE, x64_scope
 from linnet.jax.execute import SourceRunner, StableHLORunner
 from linnet.pipeline import check_program
@@ -185,7 +187,8 @@ class LinnetJaxFunction:
         prepared = self.prepare([t for _, t in converted], generics)
         current = self._state(prepared, state)
         results, updates = prepared.run(weights, current, [v for v, _ in converted])
-        result: Any = None if not results else results[0] if len(results) == 1 else tuple(results)
+        # Nested as the entry's result type declares (struct fields in declaration order).
+        result: Any = regroup(results, self.signature.fn.result)
         if not prepared.stateful:
             if state is not None:
                 raise LinnetError(f"{owner} has no state; do not pass state=")
