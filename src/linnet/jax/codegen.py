@@ -38,7 +38,10 @@ from linnet.errors import InternalError
 from linnet.ir.core import FLOAT_DTYPES, Function, Op, Region
 from linnet.ir.pynames import Namer
 from linnet.ir.regions import walk
+from linnet.jax import collectives as collectives_module
 from linnet.jax import kernels as kernels_module
+from linnet.jax.collectives import ALIAS as COLLECTIVES_ALIAS
+from linnet.jax.collectives import collective_call
 from linnet.jax.dtypes import JNP_NAMES, needs_x64
 from linnet.records import record
 
@@ -97,7 +100,7 @@ def _tuple(values: Sequence[object]) -> str:
     return f"({items},)" if len(values) == 1 else f"({items})"
 
 
-_RESERVED = frozenset({"jnp", "lax", "K", "W", "S", "np"})
+_RESERVED = frozenset({"jnp", "lax", "K", "W", "S", "np", COLLECTIVES_ALIAS})
 
 
 class _Emitter:
@@ -317,6 +320,11 @@ class _Emitter:
             self.line(call)
 
     def emit_call(self, op: Op) -> None:
+        collective = collective_call(op)
+        if collective is not None:  # a std.nn.parallel call under shard_map (jax.parallel)
+            self.globals[COLLECTIVES_ALIAS] = collectives_module
+            self.assign(op, collective.format(*self.args(op)), str(op.attrs["callee"]))
+            return
         (body,) = op.regions
         self.line(f"# {op.attrs['callee']}")
         # Region values are SSA: arguments and results alias the caller's names.

@@ -182,8 +182,11 @@ def load_model(
     over them by XLA; by default everything lives on JAX's default device.
     """
     from linnet.ir.bind import bind
+    from linnet.ir.parallel import warn_unsharded
+    from linnet.jax.load import UNSHARDED_HOW
 
     program = check_program(source, std_root)
+    warn_unsharded(dict(generics or {}), UNSHARDED_HOW, stacklevel=2)
     model = bind(program, root=root, generics=generics)
     arrays = bind_weights(model, weights, bindings=bindings, cast_dtype=cast_dtype)
     return JaxModel(model, arrays, mesh)
