@@ -13,7 +13,7 @@ happen in a fresh process (`PROBE`), which prints its measurements as JSON:
 - a `Shards` generic that contradicts the mesh, and `linnet.jax.load`, are refused.
 
 In this process (one device): `Shards > 1` without a mesh runs the bodies and warns
-(decision 21), `Shards = 1` does not.
+(decision 21), `Shards = 1` does not; ONNX Runtime's `load_model` warns the same way.
 """
 
 from __future__ import annotations
@@ -259,3 +259,16 @@ def test_tensor_parallel_needs_a_shards_block() -> None:
     )
     with pytest.raises(LinnetError, match="Shards"):
         lj.load_source(module_entry, tensor_parallel=object())
+
+
+def test_onnx_runtime_warns_too() -> None:
+    from linnet.onnx import load_model
+
+    rng = np.random.default_rng(2)
+    weights = {"up": rng.standard_normal((2, 4)), "down": rng.standard_normal((4, 2))}
+    generics = {"H": 4, "Inner": 4, "T": "f64", "Shards": 2}
+    with pytest.warns(UserWarning, match="Shards = 2"):
+        model = load_model(SECTION_7_4, generics=generics, weights=weights)
+    x = rng.standard_normal((3, 4))
+    want = np.maximum(x @ weights["up"].T, 0) @ weights["down"].T
+    np.testing.assert_allclose(model.run_entry("forward", [x]), want, rtol=1e-12)
