@@ -25,6 +25,18 @@ MORE = (CONFORMANCE / "x_struct_more.linnet").read_text()
 VALUES = (CONFORMANCE / "x2_struct_values.linnet").read_text()
 X = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
 V = np.array([1.0, -2.0, 3.0, 0.5], np.float32)
+# An entry with a struct parameter: not specified at the boundary (2.3), refused by name.
+STRUCT_PARAMETER = """module boundary
+
+struct Pair {
+    a: Tensor[2; f32]
+    b: Tensor[2; f32]
+}
+
+pub entry f(p: Pair) -> Tensor[2; f32] {
+    return p.a + p.b
+}
+"""
 # entry of VALUES -> (inputs, the entry's generics for an ONNX export, the result's nesting)
 VALUE_CASES: dict[str, tuple[list[np.ndarray], dict[str, object], object]] = {
     "optional": ([V], {"N": 4}, "*"),

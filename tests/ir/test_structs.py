@@ -15,6 +15,7 @@ import torch
 from struct_cases import (
     MORE,
     SOURCE,
+    STRUCT_PARAMETER,
     VALUE_CASES,
     VALUES,
     V,
@@ -26,6 +27,7 @@ from struct_cases import (
 )
 
 import linnet.torch as lt
+from linnet.errors import LinnetError
 from linnet.onnx import export_function
 
 
@@ -106,3 +108,12 @@ def test_values_on_torch_and_onnx(entry: str) -> None:
     names = [i.name for i in session.get_inputs()]
     # graph exports: one output per leaf, depth first
     assert_same_leaves(session.run(None, dict(zip(names, inputs, strict=True))), want)
+
+
+def test_struct_entry_parameters_are_refused_by_name() -> None:
+    """2.3: struct parameters at the entry boundary are not specified; refused cleanly."""
+    wanted = "input `p` has type `Pair`, which cannot cross the entry boundary"
+    with pytest.raises(LinnetError, match=wanted):
+        lt.load_function(STRUCT_PARAMETER, "f")(torch.zeros(2))
+    with pytest.raises(LinnetError, match=wanted):
+        export_function(STRUCT_PARAMETER, "f", generics={})

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 from struct_cases import (
     SOURCE,
+    STRUCT_PARAMETER,
     VALUE_CASES,
     VALUES,
     X,
@@ -23,6 +25,7 @@ from struct_cases import (
 pytest.importorskip("jax")
 
 import linnet.jax as lj
+from linnet.errors import LinnetError
 
 
 @pytest.mark.parametrize("load", [lj.load_source, lj.load], ids=["source", "stablehlo"])
@@ -57,3 +60,8 @@ def test_stablehlo_has_one_result_per_leaf() -> None:
         "tensor<3xf32>",
         "tensor<i64>",
     ]
+
+
+def test_struct_entry_parameters_are_refused_by_name() -> None:
+    with pytest.raises(LinnetError, match="input `p` has type `Pair`, which cannot cross"):
+        lj.load_source(STRUCT_PARAMETER, entry="f")(np.zeros(2, np.float32))
