@@ -45,6 +45,7 @@ VALUE_CASES: dict[str, tuple[list[np.ndarray], dict[str, object], object]] = {
     "optional_fields": ([V], {}, "*"),
     "wrapped": ([V], {}, ((("*", "*"),), "*")),
     "shifted": ([np.arange(5, dtype=np.float32), V], {}, ("*", "*")),
+    "packed": ([V.reshape(2, 2), np.array(1.5, np.float32)], {"S": [2, 2]}, (("*", "*"), "*")),
 }
 
 
