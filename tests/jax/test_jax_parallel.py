@@ -171,6 +171,18 @@ for step in range(2):
 out["state_gap"] = max(gaps)
 out["state_spec"] = list(state1["seen"].sharding.spec)
 
+# load_model: every entry over the mesh, the split state kept between calls
+plain = lj.load_model(read("counting"), generics=sizes, weights=weights)
+split = lj.load_model(read("counting"), generics=sizes, weights=weights, tensor_parallel=mesh)
+gaps = []
+for step in range(3):
+    x = rng.standard_normal((2, 4))
+    gaps.append(gap(split.run_entry("forward", [x]), plain.run_entry("forward", [x])))
+    gaps.append(gap(split.state["seen"], plain.state["seen"]))
+out["model_gap"] = max(gaps)
+out["model_state_spec"] = list(split.state["seen"].sharding.spec)
+out["model_seen"] = float(np.abs(np.asarray(plain.state["seen"])).sum())
+
 # refusals
 try:
     lj.load_source(read("counting"), generics={**sizes, "Shards": 2}, weights=weights,
@@ -233,6 +245,12 @@ def test_split_state_is_carried_on_the_mesh(probe: dict[str, object]) -> None:
     assert probe["state_spec"] == ["tp"]
 
 
+def test_load_model_keeps_split_state_between_calls(probe: dict[str, object]) -> None:
+    assert float(probe["model_gap"]) <= 1e-12  # type: ignore[arg-type]
+    assert probe["model_state_spec"] == ["tp"]
+    assert float(probe["model_seen"]) > 0  # type: ignore[arg-type]
+
+
 def test_refusals(probe: dict[str, object]) -> None:
     assert "`Shards` is 2 but mesh axis `tp` has 4 devices" in str(probe["mismatch"])
     assert "load_source" in str(probe["stablehlo"])
@@ -272,3 +290,10 @@ def test_onnx_runtime_warns_too() -> None:
     x = rng.standard_normal((3, 4))
     want = np.maximum(x @ weights["up"].T, 0) @ weights["down"].T
     np.testing.assert_allclose(model.run_entry("forward", [x]), want, rtol=1e-12)
+
+
+def test_mesh_and_tensor_parallel_are_exclusive() -> None:
+    with pytest.raises(LinnetError, match="not both"):
+        lj.load_model(
+            SECTION_7_4, generics={"H": 4, "Inner": 4}, mesh=object(), tensor_parallel=object()
+        )
