@@ -150,15 +150,19 @@ def _deferred_dims(
         want = u.subst.dim(declared_dim)
         if want == found_dim or chk.facts.prove(want, "==", found_dim):
             continue
-        field = next((f"`{n}`" for n, v in given.items() if v is node), "a field")
-        chk.ctx.error(
-            "E2101",
-            f"field {field} of `{struct.name}` needs the dimension "
-            f"`{chk.facts.simplify(want)}`, found `{found_dim}`",
-            node.span,
-            "field value",
-            help=("state the missing equality in a `where` clause",),
-        )
+        name = next((n for n, v in given.items() if v is node), None)
+        found = chk.types.get(node)
+        if name is not None and found is not None:
+            declared = struct.fields[name]
+            _field_mismatch(chk, struct, name, u.subst.apply(declared), declared, found, node)
+        else:  # a dimension inside a tuple or struct field value
+            chk.ctx.error(
+                "E2101",
+                f"a field of `{struct.name}` needs the dimension "
+                f"`{chk.facts.simplify(want)}`, found `{found_dim}`",
+                node.span,
+                "field value",
+            )
         return False
     return True
 
