@@ -271,6 +271,18 @@ def test_several_shards_in_one_process_warn_and_run_the_bodies() -> None:
         lj.load_source(SECTION_7_4, generics=sizes, weights=whole)
 
 
+def test_tensor_parallel_takes_a_one_axis_mesh() -> None:
+    import jax
+    from jax.sharding import Mesh
+
+    two_axes = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "tp"))
+    weights = {"up": np.ones((4, 4), np.float32), "down": np.ones((4, 4), np.float32)}
+    with pytest.raises(LinnetError, match="one-axis"):
+        lj.load_source(
+            SECTION_7_4, generics={"H": 4, "Inner": 4}, weights=weights, tensor_parallel=two_axes
+        )
+
+
 def test_tensor_parallel_needs_a_shards_block() -> None:
     module_entry = (
         "module plain\n\npub entry f(x: Tensor[2; f32]) -> Tensor[2; f32] {\n    return x\n}\n"

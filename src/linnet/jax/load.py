@@ -414,7 +414,7 @@ def load_source(
     (default `forward`, or the only one); `bindings` maps paths to checkpoint
     names; `cast_dtype` converts stored dtypes to the declared ones.
     `tensor_parallel=mesh` (a `jax.sharding.Mesh`) splits a model with a `Shards`
-    generic over the mesh's first axis under `jax.shard_map` (`linnet.jax.parallel`):
+    generic over a one-axis mesh under `jax.shard_map` (`linnet.jax.parallel`):
     `Shards` is the axis size, `weights` the whole (one-shard) checkpoint.
 
     >>> import numpy as np

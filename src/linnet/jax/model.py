@@ -199,7 +199,7 @@ def load_model(
     devices (`mesh_sharding` says how) and compiles each entry partitioned
     over them by XLA; by default everything lives on JAX's default device.
     `tensor_parallel=mesh` instead splits a model with a `Shards` generic over the
-    mesh's first axis, each entry's generated source under `jax.shard_map`
+    one-axis mesh, each entry's generated source under `jax.shard_map`
     (`linnet.jax.parallel`; `weights` is the whole one-shard checkpoint).
     """
     from linnet.ir.bind import bind

@@ -3,7 +3,7 @@
 Stage: backend (language-extensions section 7). `linnet.jax.load_source(...,
 tensor_parallel=mesh)` loads a model whose root block declares `Shards: Dim`:
 
-- `Shards` is bound to the size of the mesh's first axis (`tensor_parallel_for`);
+- `Shards` is bound to the size of the mesh's one axis (`tensor_parallel_for`);
 - the checkpoint is the whole (one-shard) model's; each weight that the shard count
   splits (7.1, `linnet.ir.parallel.split_axis`) is placed on the mesh split along that
   axis, so device `p` holds its `p`-th slice; every other weight is replicated. State
@@ -79,13 +79,14 @@ class TensorParallel:
 def tensor_parallel_for(
     mesh: Any, program: Any, root: str | None, generics: Mapping[str, object]
 ) -> TensorParallel:
-    """Bind the model whole (`Shards = 1`) and for one shard of `mesh`'s first axis."""
+    """Bind the model whole (`Shards = 1`) and for one shard of `mesh`'s axis."""
     from linnet.ir.bind import bind, find_root
 
     names = getattr(mesh, "axis_names", None)
-    if not names:
+    if not names or len(names) != 1:
         raise LinnetError(
-            "tensor_parallel= takes a jax.sharding.Mesh; its first axis splits the model"
+            "tensor_parallel= takes a one-axis jax.sharding.Mesh (its axis splits the model), "
+            f"got {names if names else type(mesh).__name__}"
         )
     axis = str(names[0])
     size = int(mesh.shape[axis])
