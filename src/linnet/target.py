@@ -162,6 +162,7 @@ def _split(
 
 def entry_input_types(entry: EntrySignature, given: Mapping[str, object]) -> tuple[TensorType, ...]:
     """The inputs' types with the entry's generics bound (lowering then checks them, 6.7 step 4)."""
+    from linnet.check.types import StructType, TupleType
     from linnet.ir.bind import parse_generic
     from linnet.ir.env import Env, evaluate_generic
 
@@ -178,6 +179,13 @@ def entry_input_types(entry: EntrySignature, given: Mapping[str, object]) -> tup
                 f"(add --bind {g.name}=...)"
             )
     full = entry.base.extended(own)
+    for spec in entry.inputs:
+        if isinstance(spec.type, (StructType, TupleType)):
+            # language-extensions 2.3: struct (and tuple) entry parameters are not specified
+            raise LinnetError(
+                f"{owner}: input `{spec.name}` has type `{spec.type!r}`, which cannot cross "
+                "the entry boundary (not supported yet)"
+            )
     return tuple(full.tensor_type(spec.type) for spec in entry.inputs)
 
 

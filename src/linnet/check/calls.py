@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from linnet.check import assignability, signatures
 from linnet.check.decls import (
+    AliasInfo,
     BlockInfo,
     CallEdge,
     ConstInfo,
@@ -154,6 +155,7 @@ def not_callable(chk: BodyChecker, call: ast.Call, callee: ast.Expr, decl: Decl)
         MemberInfo: "a block member",
         GenericInfo: "a generic parameter",
         ModuleInfo: "a module",
+        AliasInfo: "a type alias",
     }.get(type(decl), "not a function")
     related: tuple[Label, ...] = ()
     ident = getattr(decl, "ident", None)
@@ -192,6 +194,15 @@ def _not_callable_help(chk: BodyChecker, name: str, decl: Decl) -> tuple[str, ..
         )
     if isinstance(decl, ModuleInfo):
         return (f"call one of its items: `{name}.item(...)`",)
+    if isinstance(decl, AliasInfo):
+        signatures.ensure_alias(chk.ctx, decl)
+    if isinstance(decl, AliasInfo) and isinstance(decl.target, StructType):
+        # language-extensions 2.1: an alias is transparent as a type, never a constructor.
+        target = decl.target
+        return (
+            f"a type alias is not a constructor: construct `{target}` by the struct's name, "
+            f"`{target}(field = value, ...)`",
+        )
     return ()
 
 
@@ -453,6 +464,17 @@ def _mentions(t: Type, keys: set[Symbol | DTypeVar]) -> bool:
         return _mentions(t.inner, keys)
     if isinstance(t, TupleType):
         return any(_mentions(e, keys) for e in t.elems)
+    if isinstance(t, StructType):
+        s = t.subst
+        return (
+            any(d in keys for d in s.dtypes.values())
+            or any(sym in keys for d in s.dims.values() for sym in d.symbols())
+            or any(
+                item in keys if type(item) is Symbol else bool(item.symbols() & keys)  # type: ignore[union-attr]
+                for items in s.packs.values()
+                for item in items
+            )
+        )
     return False
 
 
@@ -666,10 +688,35 @@ def unify(chk: BodyChecker, u: Unifier, p: Type, a: Type, node: ast.Expr) -> str
     if isinstance(p, EnumType):
         return None if isinstance(a, EnumType) and a.info is p.info else "E2101"
     if isinstance(p, StructType):
-        from linnet.check.shapes import types_equal
-
-        return None if types_equal(u.subst.apply(p), a, chk.facts) else "E2101"
+        if not isinstance(a, StructType) or a.info is not p.info:
+            return "E2101"
+        return None if unify_struct_arguments(chk, u, p, a, node) else "E2101"
     return "E2101"
+
+
+def unify_struct_arguments(
+    chk: BodyChecker, u: Unifier, p: StructType, a: StructType, node: ast.Expr
+) -> bool:
+    """A struct's generic arguments unified one by one (5.6 step 2): a struct value binds the
+    callee's generics as the tensors it holds would (`fn f<N: Dim>(s: Stats<N>)`)."""
+    for g in p.info.generics:
+        key = g.key
+        if isinstance(key, DTypeVar):
+            pd, ad = p.subst.dtypes.get(key), a.subst.dtypes.get(key)
+            ok = pd is ad if pd is None or ad is None else unify_dtype(u, pd, ad)
+        elif key.is_pack:
+            pp, ap = p.subst.packs.get(key), a.subst.packs.get(key)
+            ok = pp is ap if pp is None or ap is None else unify_shape(chk, u, pp, ap, node)
+        else:
+            pdim, adim = p.subst.dims.get(key), a.subst.dims.get(key)
+            ok = (
+                pdim is adim
+                if pdim is None or adim is None
+                else unify_item(chk, u, pdim, adim, node)
+            )
+        if not ok:
+            return False
+    return True
 
 
 def _some_value(node: ast.Expr) -> ast.Expr:

@@ -15,12 +15,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from linnet.check import signatures
+from linnet.check import assignability, signatures
 from linnet.check.calls import Unifier, bind_default, explicit_generics, unify
 from linnet.check.calls import _check_args_alone as check_args_alone
+from linnet.check.calls import _hint as parameter_hint
 from linnet.check.decls import StructInfo
-from linnet.check.types import ERROR, DTypeVar, StructType, Type, in_class, show
-from linnet.diagnostics import Label
+from linnet.check.types import (
+    ERROR,
+    NONE,
+    DTypeVar,
+    ErrorType,
+    StructType,
+    Type,
+    in_class,
+    show,
+)
+from linnet.diagnostics import Diagnostic, Label
 from linnet.syntax import ast
 
 if TYPE_CHECKING:
@@ -36,27 +46,10 @@ def construct(chk: BodyChecker, call: ast.Call, struct: StructInfo) -> Type:
         check_args_alone(chk, call)
         return ERROR
     u = Unifier(struct, None)
-    if call.generic_args is not None and not explicit_generics(chk, call, struct, u):
+    if call.generic_args is not None and not _explicit(chk, call, struct, u):
         check_args_alone(chk, call)
         return ERROR
-    ok = True
-    for name, declared in struct.fields.items():  # S7: declaration order
-        value = given[name]
-        t = chk.expr(value)
-        reason = unify(chk, u, declared, t, value)
-        if reason is None or reason == "E2104":
-            ok = ok and reason is None
-            continue
-        expected = u.subst.apply(declared)
-        chk.ctx.error(
-            "E2101",
-            f"field `{name}` of `{struct.name}` expects {show(expected)}, found {show(t)}",
-            value.span,
-            "field value",
-            notes=(f"the field is declared {show(declared)}", f"the value is {show(t)}"),
-        )
-        ok = False
-    if not ok:
+    if not _unify_fields(chk, call, struct, given, u):
         return ERROR
     for g in struct.generics:  # S8
         s = u.subst
@@ -73,6 +66,109 @@ def construct(chk: BodyChecker, call: ast.Call, struct: StructInfo) -> Type:
             help=(f"give the generic arguments explicitly: `{struct.name}<...>(...)`",),
         )
         return ERROR
+    if not _deferred_dims(chk, struct, given, u) or not _dtype_classes(chk, call, struct, u):
+        return ERROR
+    for node, lit, var in u.deferred_literals:
+        bound_dtype = u.subst.dtypes.get(var)
+        if bound_dtype is not None and not assignability.adopt_literal(chk, node, lit, bound_dtype):
+            return ERROR
+    for name, declared in struct.fields.items():  # a `none` field takes its declared type
+        if chk.types.get(given[name]) is NONE:
+            chk.adopted[given[name]] = u.subst.apply(declared)
+    chk.program.constructions[call] = tuple(given[name] for name in struct.fields)
+    return StructType(struct, u.subst)
+
+
+def _explicit(chk: BodyChecker, call: ast.Call, struct: StructInfo, u: Unifier) -> bool:
+    """S1 through the call machinery; its E2111/E2112 point at the whole construction."""
+    before = len(chk.ctx.diags)
+    ok = explicit_generics(chk, call, struct, u)
+    for i in range(before, len(chk.ctx.diags)):
+        d = chk.ctx.diags[i]
+        if d.code in ("E2111", "E2112") and d.span is not None and d.span != call.span:
+            related = (Label(d.span, d.label or "this generic argument"), *d.related)
+            chk.ctx.diags[i] = Diagnostic(
+                d.code, d.message, call.span, "construction", related, d.notes, d.help
+            )
+    return ok
+
+
+def _unify_fields(
+    chk: BodyChecker, call: ast.Call, struct: StructInfo, given: dict[str, ast.Expr], u: Unifier
+) -> bool:
+    """S7: each value against its field, in declaration order; E2101 for any mismatch.
+
+    After the first failure (or a value that already has an error) the remaining values are
+    checked on their own: bindings made from a wrong value would only cascade.
+    """
+    ok = True
+    for name, declared in struct.fields.items():
+        value = given[name]
+        if not ok:
+            chk.expr(value)
+            continue
+        t = chk.expr(value, parameter_hint(u, declared))
+        if isinstance(t, ErrorType):
+            ok = False
+            continue
+        reason = unify(chk, u, declared, t, value)
+        if reason is None:
+            continue
+        ok = False
+        if reason != "E2104":  # a literal's adoption error is already reported
+            _field_mismatch(chk, struct, name, u.subst.apply(declared), declared, t, value)
+    return ok
+
+
+def _field_mismatch(
+    chk: BodyChecker,
+    struct: StructInfo,
+    name: str,
+    expected: Type,
+    declared: Type,
+    found: Type,
+    value: ast.Expr,
+) -> None:
+    notes = [f"the field is declared {show(declared)}", f"the value is {show(found)}"]
+    if show(expected) != show(declared):
+        notes.insert(1, f"with the generics known so far: {show(expected)}")
+    chk.ctx.error(
+        "E2101",
+        f"field `{name}` of `{struct.name}` expects {show(expected)}, found {show(found)}",
+        value.span,
+        "field value",
+        notes=tuple(notes),
+    )
+
+
+def _deferred_dims(
+    chk: BodyChecker, struct: StructInfo, given: dict[str, ast.Expr], u: Unifier
+) -> bool:
+    """Field dimensions that needed generics bound by a later field (`Tensor[N + 1; f32]`
+    before `N`): proved now; a failure is the field's E2101 (S7), not E2202."""
+    for declared_dim, found_dim, node in u.deferred_dims:
+        want = u.subst.dim(declared_dim)
+        if want == found_dim or chk.facts.prove(want, "==", found_dim):
+            continue
+        name = next((n for n, v in given.items() if v is node), None)
+        found = chk.types.get(node)
+        if name is not None and found is not None:
+            declared = struct.fields[name]
+            _field_mismatch(chk, struct, name, u.subst.apply(declared), declared, found, node)
+        else:  # a dimension inside a tuple or struct field value
+            chk.ctx.error(
+                "E2101",
+                f"a field of `{struct.name}` needs the dimension "
+                f"`{chk.facts.simplify(want)}`, found `{found_dim}`",
+                node.span,
+                "field value",
+            )
+        return False
+    return True
+
+
+def _dtype_classes(chk: BodyChecker, call: ast.Call, struct: StructInfo, u: Unifier) -> bool:
+    """S8: every bound dtype generic satisfies its class (E2112 at the construction)."""
     for g in struct.generics:
         if g.kind in ("Dim", "Shape"):
             continue
@@ -86,16 +182,8 @@ def construct(chk: BodyChecker, call: ast.Call, struct: StructInfo) -> Type:
                 f"`{g.name}` must be {g.kind}",
                 related=(Label(g.ident.span, "constrained here"),),
             )
-            return ERROR
-    for node, lit, var in u.deferred_literals:
-        from linnet.check import assignability
-
-        bound_dtype = u.subst.dtypes.get(var)
-        if bound_dtype is not None and not assignability.adopt_literal(chk, node, lit, bound_dtype):
-            return ERROR
-    result = StructType(struct, u.subst)
-    chk.program.constructions[call] = tuple(given[name] for name in struct.fields)
-    return result
+            return False
+    return True
 
 
 def _named_fields(

@@ -39,7 +39,10 @@ from linnet.ir.core import FLOAT_DTYPES, Function, Op, Region
 from linnet.ir.pynames import Namer
 from linnet.ir.regions import clause_region, region_free_values, walk
 from linnet.jax import clauses as clauses_module
+from linnet.jax import collectives as collectives_module
 from linnet.jax import kernels as kernels_module
+from linnet.jax.collectives import ALIAS as COLLECTIVES_ALIAS
+from linnet.jax.collectives import collective_call
 from linnet.jax.dtypes import JNP_NAMES, needs_x64
 from linnet.records import record
 
@@ -98,7 +101,7 @@ def _tuple(values: Sequence[object]) -> str:
     return f"({items},)" if len(values) == 1 else f"({items})"
 
 
-_RESERVED = frozenset({"jnp", "lax", "K", "W", "S", "np", "clauses"})
+_RESERVED = frozenset({"jnp", "lax", "K", "W", "S", "np", "clauses", COLLECTIVES_ALIAS})
 
 
 class _Emitter:
@@ -320,6 +323,11 @@ class _Emitter:
     def emit_call(self, op: Op) -> None:
         if clause_region(op) is not None:
             self.emit_clause_call(op)
+            return
+        collective = collective_call(op)
+        if collective is not None:  # a std.nn.parallel call under shard_map (jax.parallel)
+            self.globals[COLLECTIVES_ALIAS] = collectives_module
+            self.assign(op, collective.format(*self.args(op)), str(op.attrs["callee"]))
             return
         (body,) = op.regions
         self.line(f"# {op.attrs['callee']}")

@@ -17,7 +17,8 @@ weights, no state. Weights may be a SafeTensors file, a sharded folder or
 index, or a mapping of path (or checkpoint name, with `bindings`) to NumPy
 or JAX arrays; they are placed on the default device once.
 
-Calling: `f(*inputs)` returns the result (a tuple for a tuple result). An
+Calling: `f(*inputs)` returns the result (a tuple for a tuple result, nested as declared:
+a struct result is the tuple of its fields in declaration order). An
 entry that reads or assigns state is called `f(*inputs, state=mapping)`
 and returns `(result, new_state)`; `state=None` starts from zeros
 (language.md 12.6), `f.initial_state()` gives those zeros. `f.apply(
@@ -39,14 +40,17 @@ from linnet.check.types import ScalarDType, ScalarType
 from linnet.errors import InternalError, LinnetError
 from linnet.ir.bind import BoundModel, EntrySignature, generics_key
 from linnet.ir.core import FLOAT_DTYPES, Function, TensorType, dtype_of_numpy, numpy_dtype
+from linnet.ir.parallel import warn_unsharded
 from linnet.ir.regions import paths_read
+from linnet.ir.results import regroup
 from linnet.jax.dtypes import WIDE, x64_scope
 from linnet.jax.execute import SourceRunner, StableHLORunner
+from linnet.jax.parallel import ShardedRunner, TensorParallel
 from linnet.pipeline import check_program
 
 Source = CheckedProgram | str | os.PathLike[str]
 WeightsSource = Mapping[str, Any] | str | os.PathLike[str]
-Runner = SourceRunner | StableHLORunner
+Runner = SourceRunner | StableHLORunner | ShardedRunner
 
 
 class Prepared:
@@ -109,6 +113,7 @@ class LinnetJaxFunction:
         stablehlo: bool,
         donate_state: bool = False,
         sharding: Callable[[str | None, TensorType], Any] | None = None,
+        tensor_parallel: TensorParallel | None = None,
     ) -> None:
         self.program = program
         self.signature = signature
@@ -119,7 +124,11 @@ class LinnetJaxFunction:
         self.donate_state = donate_state
         self.sharding = sharding
         self.present = frozenset(parameters)
-        self.tensor_types = tensor_types(model, self.present)
+        # Split over a mesh (linnet.jax.parallel): `model` is one shard's binding, the arrays
+        # and state are the whole model's, placed on the mesh.
+        self.tensor_parallel = tensor_parallel
+        layout = model if tensor_parallel is None else tensor_parallel.whole
+        self.tensor_types = tensor_types(layout, self.present)
         self.parameters = parameters
         self._prepared: dict[tuple[object, ...], Prepared] = {}
         self._latest: Prepared | None = None
@@ -185,7 +194,8 @@ class LinnetJaxFunction:
         prepared = self.prepare([t for _, t in converted], generics)
         current = self._state(prepared, state)
         results, updates = prepared.run(weights, current, [v for v, _ in converted])
-        result: Any = None if not results else results[0] if len(results) == 1 else tuple(results)
+        # Nested as the entry's result type declares (struct fields in declaration order).
+        result: Any = regroup(results, self.signature.fn.result)
         if not prepared.stateful:
             if state is not None:
                 raise LinnetError(f"{owner} has no state; do not pass state=")
@@ -219,7 +229,8 @@ class LinnetJaxFunction:
 
     def _zeros(self, path: str) -> Any:
         t = self.tensor_types[path]
-        return device_array(np.zeros(t.shape, numpy_dtype(t.dtype)), t.dtype)
+        where = None if self.tensor_parallel is None else self.tensor_parallel.placement(path)
+        return device_array(np.zeros(t.shape, numpy_dtype(t.dtype)), t.dtype, where)
 
     def initial_state(self) -> dict[str, Any]:
         """Every state member of the model as zeros (its value before the first call, 12.6)."""
@@ -238,7 +249,9 @@ class LinnetJaxFunction:
         if found is None:
             fn = self.lower(input_types, generics)
             run: Runner = (
-                StableHLORunner(fn, donate_state=self.donate_state, sharding=self.sharding)
+                self.tensor_parallel.runner(fn)
+                if self.tensor_parallel is not None
+                else StableHLORunner(fn, donate_state=self.donate_state, sharding=self.sharding)
                 if self.stablehlo
                 else SourceRunner(fn)
             )
@@ -268,7 +281,7 @@ class LinnetJaxFunction:
     def generated_source(self, input_types: Sequence[TensorType] | None = None) -> str:
         """The generated `jax.numpy` source for `input_types`, or for the latest call."""
         run = self._for(input_types).run
-        if isinstance(run, SourceRunner):
+        if isinstance(run, (SourceRunner, ShardedRunner)):
             return run.source
         return run.generated.source
 
@@ -346,6 +359,7 @@ def open_entry(
     std_root: str | os.PathLike[str] | None,
     cast_dtype: bool,
     stablehlo: bool,
+    tensor_parallel: Any = None,
 ) -> LinnetJaxFunction:
     """What `load` and `load_source` share: check, bind, pick the entry, bind the weights."""
     from linnet.ir.bind import bind, module_entry
@@ -353,6 +367,16 @@ def open_entry(
 
     program = check_program(source, std_root)
     module = program.graph.roots[0]
+    if tensor_parallel is not None:
+        if stablehlo:
+            raise LinnetError(
+                "tensor_parallel= runs the generated source under jax.shard_map; "
+                "use linnet.jax.load_source (StableHLO export has no collectives)"
+            )
+        return _open_sharded(
+            program, module, tensor_parallel, generics, weights, root, entry, bindings, cast_dtype
+        )
+    warn_unsharded(dict(generics or {}), UNSHARDED_HOW)
     if weights is None and root is None and root_block(program, None) is None:
         info = module_entry_info(program, entry)
         signature = module_entry(program, module, info.name)
@@ -382,12 +406,16 @@ def load_source(
     bindings: Any = None,
     std_root: str | os.PathLike[str] | None = None,
     cast_dtype: bool = False,
+    tensor_parallel: Any = None,
 ) -> LinnetJaxFunction:
     """One entry as generated `jax.numpy` source under `jax.jit` (differentiable).
 
     `generics` binds the root block's generics; `entry` picks the entry
     (default `forward`, or the only one); `bindings` maps paths to checkpoint
     names; `cast_dtype` converts stored dtypes to the declared ones.
+    `tensor_parallel=mesh` (a `jax.sharding.Mesh`) splits a model with a `Shards`
+    generic over a one-axis mesh under `jax.shard_map` (`linnet.jax.parallel`):
+    `Shards` is the axis size, `weights` the whole (one-shard) checkpoint.
 
     >>> import numpy as np
     >>> f = load_source('''module doc
@@ -410,6 +438,7 @@ def load_source(
         std_root=std_root,
         cast_dtype=cast_dtype,
         stablehlo=False,
+        tensor_parallel=tensor_parallel,
     )
 
 
@@ -423,11 +452,13 @@ def load(
     bindings: Any = None,
     std_root: str | os.PathLike[str] | None = None,
     cast_dtype: bool = False,
+    tensor_parallel: Any = None,
 ) -> LinnetJaxFunction:
     """One entry as its StableHLO text, compiled by XLA once per input types (not differentiable).
 
     Same arguments and calling conventions as `load_source`; `jax.grad`
-    through it raises a `LinnetError` that points to `load_source`.
+    through it raises a `LinnetError` that points to `load_source`, and so does
+    `tensor_parallel=` (the exported StableHLO has no collectives).
     """
     return open_entry(
         source,
@@ -439,4 +470,42 @@ def load(
         std_root=std_root,
         cast_dtype=cast_dtype,
         stablehlo=True,
+        tensor_parallel=tensor_parallel,
+    )
+
+
+UNSHARDED_HOW = "load with linnet.jax.load_source(..., tensor_parallel=mesh) to split it"
+
+
+def _open_sharded(
+    program: CheckedProgram,
+    module: str,
+    mesh: Any,
+    generics: Mapping[str, object] | None,
+    weights: WeightsSource | None,
+    root: str | None,
+    entry: str | None,
+    bindings: Any,
+    cast_dtype: bool,
+) -> LinnetJaxFunction:
+    """One entry of a model split over `mesh` (`linnet.jax.parallel`)."""
+    from linnet.jax.parallel import tensor_parallel_for
+    from linnet.target import block_entry, root_block
+
+    if root is None and root_block(program, None) is None:
+        raise LinnetError(
+            "tensor_parallel=mesh needs a root block with a `Shards: Dim` generic "
+            "(language-extensions 7.1)"
+        )
+    tp = tensor_parallel_for(mesh, program, root, dict(generics or {}))
+    name = block_entry(tp.sharded.root.info, entry).name
+    arrays = bind_weights(tp.whole, weights, bindings=bindings, cast_dtype=cast_dtype)
+    return LinnetJaxFunction(
+        program,
+        tp.sharded.entries[name],
+        model=tp.sharded,
+        module=module,
+        parameters=device_parameters(tp.whole, arrays, tp.placement),
+        stablehlo=False,
+        tensor_parallel=tp,
     )

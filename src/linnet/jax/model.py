@@ -17,7 +17,8 @@ Stage: the JAX backend's runtime object for serving (architecture.md
 - `run_entry(name, inputs)`, `model(*inputs)` for the default entry,
   `state` (path -> device array), `reset_state()`;
 - `mesh=` shards the weights and caches over several devices and lets XLA's
-  partitioner split each entry (`mesh_sharding`).
+  partitioner split each entry (`mesh_sharding`); `tensor_parallel=mesh` splits a
+  model with a `Shards` generic under `jax.shard_map` instead (`linnet.jax.parallel`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from linnet.jax.load import (
     device_array,
     device_parameters,
 )
+from linnet.jax.parallel import TensorParallel
 from linnet.pipeline import check_program
 from linnet.target import DEFAULT_ENTRY
 
@@ -47,13 +49,27 @@ class JaxModel:
     """A bound Linnet model on XLA (see the module docstring)."""
 
     def __init__(
-        self, model: BoundModel, arrays: Mapping[str, np.ndarray[Any, Any]], mesh: Any = None
+        self,
+        model: BoundModel,
+        arrays: Mapping[str, np.ndarray[Any, Any]],
+        mesh: Any = None,
+        tensor_parallel: TensorParallel | None = None,
     ) -> None:
         self.model = model
         self.present = frozenset(arrays)
         self.mesh = mesh
-        self.sharding = None if mesh is None else mesh_sharding(mesh, model, self.present)
-        self.parameters = device_parameters(model, arrays, self.sharding)
+        self.tensor_parallel = tensor_parallel
+        # Split over a mesh axis (linnet.jax.parallel): `model` is one shard's binding; the
+        # arrays and the state are the whole model's, placed split on the mesh.
+        self.layout = model if tensor_parallel is None else tensor_parallel.whole
+        self.sharding = (
+            tensor_parallel.placement
+            if tensor_parallel is not None
+            else None
+            if mesh is None
+            else mesh_sharding(mesh, model, self.present)
+        )
+        self.parameters = device_parameters(self.layout, arrays, self.sharding)
         module = model.program.graph.roots[0]
         self._entries = {
             name: LinnetJaxFunction(
@@ -62,9 +78,10 @@ class JaxModel:
                 model=model,
                 module=module,
                 parameters=self.parameters,
-                stablehlo=True,
+                stablehlo=tensor_parallel is None,
                 donate_state=True,
                 sharding=self.sharding,
+                tensor_parallel=tensor_parallel,
             )
             for name, signature in model.entries.items()
         }
@@ -88,7 +105,7 @@ class JaxModel:
                 t.dtype,
                 None if self.sharding is None else self.sharding(path, t),
             )
-            for path, t in self.model.live_tensors(self.present, "state").items()
+            for path, t in self.layout.live_tensors(self.present, "state").items()
         }
 
     def default_entry(self) -> str:
@@ -174,16 +191,34 @@ def load_model(
     std_root: str | os.PathLike[str] | None = None,
     cast_dtype: bool = False,
     mesh: Any = None,
+    tensor_parallel: Any = None,
 ) -> JaxModel:
     """Every entry of the root block on XLA, over one copy of the weights (see `JaxModel`).
 
     `mesh` (a `jax.sharding.Mesh`) shards the weights and the state over its
     devices (`mesh_sharding` says how) and compiles each entry partitioned
     over them by XLA; by default everything lives on JAX's default device.
+    `tensor_parallel=mesh` instead splits a model with a `Shards` generic over the
+    one-axis mesh, each entry's generated source under `jax.shard_map`
+    (`linnet.jax.parallel`; `weights` is the whole one-shard checkpoint).
     """
     from linnet.ir.bind import bind
+    from linnet.ir.parallel import warn_unsharded
+    from linnet.jax.load import UNSHARDED_HOW
 
     program = check_program(source, std_root)
+    if tensor_parallel is not None:
+        from linnet.jax.parallel import tensor_parallel_for
+
+        if mesh is not None:
+            raise LinnetError(
+                "pass mesh= (XLA partitions each entry) or tensor_parallel= (a Shards model "
+                "under jax.shard_map), not both"
+            )
+        tp = tensor_parallel_for(tensor_parallel, program, root, dict(generics or {}))
+        arrays = bind_weights(tp.whole, weights, bindings=bindings, cast_dtype=cast_dtype)
+        return JaxModel(tp.sharded, arrays, tensor_parallel=tp)
+    warn_unsharded(dict(generics or {}), UNSHARDED_HOW, stacklevel=2)
     model = bind(program, root=root, generics=generics)
     arrays = bind_weights(model, weights, bindings=bindings, cast_dtype=cast_dtype)
     return JaxModel(model, arrays, mesh)

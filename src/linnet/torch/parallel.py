@@ -24,7 +24,6 @@ A model bound with `Shards > 1` and no process group runs the bodies too, which
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,13 +32,26 @@ import torch
 import torch.distributed as dist
 
 from linnet.errors import LinnetError
+from linnet.ir import parallel as shards
 from linnet.ir.bind import BoundModel
-from linnet.ir.core import Function, Op, Region
+from linnet.ir.core import Op
+from linnet.ir.parallel import COLLECTIVES, MARK, SHARDS, SHARED, mark_collectives
 
-COLLECTIVES = ("std.nn.parallel::all_reduce", "std.nn.parallel::all_gather")
-SHARED = "std.nn.parallel::shared"
-MARK = "tensor_parallel"
-SHARDS = "Shards"
+__all__ = [
+    "COLLECTIVES",
+    "MARK",
+    "SHARDS",
+    "SHARED",
+    "all_gather",
+    "all_reduce",
+    "find_collective",
+    "mark_collectives",
+    "process_group",
+    "shard_generics",
+    "shard_weights",
+    "shared",
+    "warn_unsharded",
+]
 
 
 def process_group() -> tuple[int, int]:
@@ -56,18 +68,13 @@ def shard_generics(
     model_generics: Sequence[str], generics: Mapping[str, object], world: int
 ) -> dict[str, object]:
     """`generics` with `Shards` bound to the world size (the root must declare it)."""
-    if SHARDS not in model_generics:
-        raise LinnetError(
-            "tensor_parallel=True needs a root block with a `Shards: Dim` generic "
-            "(language-extensions 7.1)"
-        )
-    given = generics.get(SHARDS)
-    if given is not None and int(given) != world:  # type: ignore[call-overload]
-        raise LinnetError(
-            f"generic `Shards` is {given} but the process group has {world} ranks; "
-            "leave `Shards` out and it is bound to the world size"
-        )
-    return {**generics, SHARDS: world}
+    return shards.shard_generics(
+        model_generics,
+        generics,
+        world,
+        option="tensor_parallel=True",
+        counted=f"the process group has {world} ranks",
+    )
 
 
 def shard_weights(
@@ -82,16 +89,10 @@ def shard_weights(
     for path, array in arrays.items():
         full = whole.tensors[path].type.shape
         mine = sharded.tensors[path].type.shape
-        if full == mine:
+        axis = shards.split_axis(path, full, mine, world)
+        if axis is None:
             out[path] = array
             continue
-        axes = [a for a, (f, m) in enumerate(zip(full, mine, strict=True)) if f != m]
-        if len(axes) != 1 or full[axes[0]] != mine[axes[0]] * world:
-            raise LinnetError(
-                f"`{path}` is {list(full)} for one shard and {list(mine)} for {world}: "
-                "a split weight must differ along one axis, by the shard count (7.1)"
-            )
-        axis = axes[0]
         n = mine[axis]
         index = [slice(None)] * array.ndim
         index[axis] = slice(rank * n, (rank + 1) * n)
@@ -101,28 +102,10 @@ def shard_weights(
 
 def warn_unsharded(generics: Mapping[str, object], tensor_parallel: bool) -> None:
     """7.3: `Shards > 1` without a process group runs the one-shard bodies."""
-    shards = generics.get(SHARDS)
-    if not tensor_parallel and isinstance(shards, int) and shards > 1:
-        warnings.warn(
-            f"the model is bound with Shards = {shards} but runs in one process: "
-            "std.nn.parallel ops run their one-shard bodies (load with tensor_parallel=True "
-            "under torchrun to split it)",
-            stacklevel=3,
+    if not tensor_parallel:
+        shards.warn_unsharded(
+            generics, "load with tensor_parallel=True under torchrun to split it", stacklevel=3
         )
-
-
-def mark_collectives(fn: Function) -> Function:
-    """Mark `fn`'s `std.nn.parallel` calls to run as collectives (nested regions too)."""
-
-    def visit(region: Region) -> None:
-        for op in region.ops:
-            if op.kind == "call" and op.attrs.get("callee") in (*COLLECTIVES, SHARED):
-                op.attrs[MARK] = True
-            for inner in op.regions:
-                visit(inner)
-
-    visit(fn.body)
-    return fn
 
 
 # -- the collectives, with the conjugate gradients of 7.3 --------------------------------------

@@ -156,6 +156,10 @@ def load_model(
     )
 
     program = check_program(source, std_root)
+    # Decision 21: ONNX Runtime is one process; `Shards > 1` runs the one-shard bodies.
+    from linnet.ir.parallel import warn_unsharded
+
+    warn_unsharded(dict(generics or {}), "split it with linnet.torch or linnet.jax", stacklevel=2)
     model = bind(program, root=root, generics=generics)
     arrays = bind_weights(model, weights, bindings=bindings, cast_dtype=cast_dtype)
     return OnnxModel(
