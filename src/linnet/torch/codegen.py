@@ -18,8 +18,8 @@ very kernel object the interpreted runner uses, bound as a global `_k<n>`, so
 the two paths share one semantics. Constants that are not inlined as Python
 literals are globals `_c<n>` (iotas `_iota<n>`). `call` ops of known
 standard-library ops become native kernels (`linnet.torch.natives`); the
-others are inlined with a comment naming the op. `while` and `if` become
-Python loops and branches. Each intermediate is deleted after its last use
+others are inlined with a comment naming the op. `while`, `for` and `if` become
+Python loops and branches (a scan stacks its rows with `torch.stack`). Each intermediate is deleted after its last use
 (`del`), as eager code drops it, so the allocator can reuse its memory.
 `linnet.torch.standalone` writes the same source as a self-contained module
 (the globals spelled out), which `linnet torch` prints.
@@ -440,6 +440,40 @@ class _Emitter:
         self.depth -= 1
         if op.results:
             self.assign(op, ", ".join(carried))
+
+    def emit_for(self, op: Op) -> None:
+        """`for i in range(start, stop)` with the carried values as locals; each scan value's
+        rows go to a list, stacked with `torch.stack` (zero rows: `torch.empty`)."""
+        (body,) = op.regions
+        start, stop = int(str(op.attrs["start"])), int(str(op.attrs["stop"]))
+        count = len(op.operands)
+        carried = [self.name.fresh("carried") for _ in op.operands]
+        rows = [self.name.fresh("rows") for _ in op.results[count:]]
+        if carried:
+            self.line(f"{', '.join(carried)} = {', '.join(self.name(v) for v in op.operands)}")
+        for name in rows:
+            self.line(f"{name} = []")
+        counter = self.name.fresh("step")
+        self.line(f"for {counter} in range({start}, {stop}):")
+        self.depth += 1
+        index, *args = body.args
+        self.line(f"{self.name(index)} = torch.tensor({counter}, dtype=torch.int64, device=DEVICE)")
+        self._bind_args(args, carried)
+        self.region(body)
+        if carried:
+            self.line(
+                f"{', '.join(carried)} = {', '.join(self.name(v) for v in body.results[:count])}"
+            )
+        for name, value in zip(rows, body.results[count:], strict=True):
+            self.line(f"{name}.append({self.name(value)})")
+        self.depth -= 1
+        stacked = []
+        for name, result in zip(rows, op.results[count:], strict=True):
+            t = result.type
+            empty = f"torch.empty({_shape(t.shape)}, dtype={torch_dtype(t.dtype)}, device=DEVICE)"
+            stacked.append(f"(torch.stack({name}, 0) if {name} else {empty})")
+        if op.results:
+            self.assign(op, ", ".join([*carried, *stacked]))
 
     def _bind_args(self, args: Sequence[Value], names: Sequence[str]) -> None:
         if args:
