@@ -293,3 +293,57 @@ def check_results(
         else:
             assert g.dtype == np.float32, (case.id, index, g.dtype)
             np.testing.assert_allclose(g.astype(np.float64), e, rtol=rtol, atol=atol)
+
+
+STATEFUL = """module stateful
+
+pub block Acc<D: Dim> {
+    param scale: Tensor[D; f32]
+    state total: Tensor[D; f32]
+    state steps: Tensor[1; i32]
+
+    // A scan that assigns state on every iteration (the writes are visible after it).
+    pub entry run<T: Dim>(xs: Tensor[T, D; f32]) -> Tensor[T, D; f32] {
+        var h = fill<f32>([D], 0.0)
+        let hs = for t in 0..T {
+            total = total + xs[t]
+            steps = steps + 1
+            h = h * 0.5 + scale * xs[t]
+            yield h + total
+        }
+        return hs
+    }
+}
+"""
+
+
+def stateful_case(steps: int = 4) -> tuple[object, list[Array], dict[str, Array], dict[str, Array]]:
+    """The `run` entry of `STATEFUL` lowered for D = 3 and `steps` rows, with inputs, weights and
+    a starting state."""
+    from linnet.pipeline import check_source, compile_entry
+    from linnet.target import Target
+
+    program = check_source(STATEFUL)
+    target = Target(root="Acc", entry="run", generics={"D": 3, "T": steps})
+    fn = compile_entry(program, target).function
+    rng = np.random.default_rng(8)
+    inputs = [_f32(rng, steps, 3)]
+    weights = {"scale": _f32(rng, 3)}
+    state = {"total": _f32(rng, 3), "steps": np.array([5], np.int32)}
+    return fn, inputs, weights, state
+
+
+def stateful_reference(
+    inputs: list[Array], weights: dict[str, Array], state: dict[str, Array]
+) -> tuple[Array, dict[str, Array]]:
+    """`STATEFUL`'s `run` in NumPy f64: its result and the new state."""
+    (xs,) = inputs
+    total = state["total"].astype(np.float64)
+    h = np.zeros(xs.shape[1])
+    rows = []
+    for x in xs:
+        total = total + x
+        h = h * 0.5 + weights["scale"] * x
+        rows.append(h + total)
+    count = np.array([int(state["steps"][0]) + len(xs)], np.int32)
+    return np.array(rows).reshape(xs.shape), {"total": total, "steps": count}

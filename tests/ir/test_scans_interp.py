@@ -75,3 +75,16 @@ def test_zero_rows_have_the_declared_shape_and_dtype() -> None:
     (hs, h), _ = run_function(compiled(case), {}, {}, list(case.inputs))
     assert hs.shape == (0, 4) and hs.dtype == np.float32
     np.testing.assert_array_equal(h, case.inputs[-1])  # the carried value passes through
+
+
+@pytest.mark.parametrize("steps", [4, 0])
+def test_state_assigned_in_a_scan(steps: int) -> None:
+    from scan_cases import stateful_case, stateful_reference
+
+    fn, inputs, weights, state = stateful_case(steps)
+    verify(fn)
+    (result,), new_state = run_function(fn, weights, state, inputs)
+    expected, expected_state = stateful_reference(inputs, weights, state)
+    np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(new_state["total"], expected_state["total"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(new_state["steps"], expected_state["steps"])

@@ -85,3 +85,13 @@ def test_jax_grad_through_a_scan_equals_torch_autograd() -> None:
     torch_grads = torch.autograd.grad(expected, (xs, w, u, b, h0))
     for g, e in zip(grads, torch_grads, strict=True):
         np.testing.assert_allclose(np.asarray(g), e.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["source", "stablehlo"])
+@pytest.mark.parametrize("steps", [4, 0])
+def test_state_assigned_in_a_scan(mode: str, steps: int) -> None:
+    from jax_support import check
+    from scan_cases import stateful_case
+
+    fn, inputs, weights, state = stateful_case(steps)
+    check(fn, inputs, mode, weights, state)  # against the interpreter (tests/ir)

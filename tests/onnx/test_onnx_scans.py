@@ -62,3 +62,12 @@ def test_nested_scans_nest_loops() -> None:
     (case,) = [c for c in CASES if c.id == "pair_sums"]
     model = export_function(SOURCE, "pair_sums", generics=case.generics).model
     assert len(_loops(model.graph)) == 2
+
+
+@pytest.mark.parametrize("steps", [4, 0])
+def test_state_assigned_in_a_scan(steps: int) -> None:
+    from export_support import check
+    from scan_cases import stateful_case
+
+    fn, inputs, weights, state = stateful_case(steps)
+    check(fn, inputs, weights, state)  # against the interpreter (tests/ir)

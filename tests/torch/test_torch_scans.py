@@ -87,3 +87,13 @@ def test_zero_length_scan_keeps_dtype_and_passes_carried_values() -> None:
         hs, h = lt.load_function(SOURCE, "rnn", compile=compiled)(*_inputs(case))
         assert hs.shape == (0, 4) and hs.dtype == torch.float32
         torch.testing.assert_close(h, torch.from_numpy(case.inputs[-1]))
+
+
+@pytest.mark.parametrize("mode", ["runner", "codegen"])
+@pytest.mark.parametrize("steps", [4, 0])
+def test_state_assigned_in_a_scan(mode: str, steps: int) -> None:
+    from scan_cases import stateful_case
+    from torch_support import check
+
+    fn, inputs, weights, state = stateful_case(steps)
+    check(fn, inputs, mode, weights, state)  # against the interpreter (tests/ir)
