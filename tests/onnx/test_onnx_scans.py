@@ -71,3 +71,24 @@ def test_state_assigned_in_a_scan(steps: int) -> None:
 
     fn, inputs, weights, state = stateful_case(steps)
     check(fn, inputs, weights, state)  # against the interpreter (tests/ir)
+
+
+def test_dynamic_generics_give_a_runtime_trip_count() -> None:
+    """`--dynamic`: bounds that vary with a dynamic generic are computed in the graph."""
+    (smooth,) = [c for c in CASES if c.id == "smooth"]
+    session = export_function(
+        SOURCE, "smooth", generics={"Steps": 5, "D": 3}, dynamic=["Steps", "D"]
+    ).session()
+    rng = np.random.default_rng(1)
+    for shape in ((7, 3), (2, 6), (1, 2)):
+        xs = rng.standard_normal(shape).astype(np.float32)
+        decay = np.asarray(np.float32(0.25))
+        (got,) = session.run(None, {"xs": xs, "decay": decay})
+        (expected,) = smooth.reference(xs, decay)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    session = export_function(SOURCE, "steps_between", generics={"N": 5}, dynamic=["N"]).session()
+    for n in (6, 2, 1):
+        x = rng.standard_normal(n).astype(np.float32)
+        (got,) = session.run(None, {"x": x})
+        assert got.shape == (n - 1,)
+        np.testing.assert_allclose(got, np.diff(x), rtol=1e-6)

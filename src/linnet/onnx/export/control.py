@@ -20,11 +20,13 @@ Stage: part of the exporter's op table.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
 from linnet.errors import InternalError
 from linnet.ir.core import Op, Region, TensorType, numpy_dtype
+from linnet.ir.symbolic import Dim
 from linnet.onnx.export.fused import fused_call
 from linnet.onnx.export.graph import Emitter, Rule
 
@@ -83,11 +85,12 @@ def lower_for(em: Emitter, op: Op) -> Sequence[str]:
     `iteration_num + start`. With no iterations there is no `Loop`: the carried values
     pass through and each scan value is a constant empty tensor of its static shape."""
     (body,) = op.regions
-    start, stop = int(str(op.attrs["start"])), int(str(op.attrs["stop"]))
+    # With dynamic generics the bounds may be polynomials, computed at run time.
+    start, stop = cast(Dim, em.attr(op, "start")), cast(Dim, em.attr(op, "stop"))
     init = [em.name(v) for v in op.operands]
     carried = list(op.operands)
     scans = op.results[len(carried) :]
-    if stop == start:
+    if isinstance(start, int) and isinstance(stop, int) and stop == start:
         empty = [
             em.const(np.zeros(v.type.shape, numpy_dtype(v.type.dtype)), v.type.dtype) for v in scans
         ]
@@ -96,8 +99,8 @@ def lower_for(em: Emitter, op: Op) -> Sequence[str]:
         iteration, incoming = em.fresh("i"), em.fresh("c")
         args = [em.fresh("v") for _ in carried]
         index = iteration
-        if start:
-            index = em.node("Add", [iteration, em.const(np.array(start, np.int64), "i64")])[0]
+        if not isinstance(start, int) or start:
+            index = em.node("Add", [iteration, em.dim_scalar(start)])[0]
         results = em.inline(body, [index, *args])
         graph = em.make_subgraph(
             scope,
@@ -105,7 +108,7 @@ def lower_for(em: Emitter, op: Op) -> Sequence[str]:
             [(iteration, _ITERATION), (incoming, _BOOL), *zip(args, carried, strict=True)],
             [(incoming, _BOOL), *zip(results, body.results, strict=True)],
         )
-    trip = em.const(np.array(stop - start, np.int64), "i64")
+    trip = em.dim_scalar(stop - start)
     condition = em.const(np.array(True), "bool")
     return em.node("Loop", [trip, condition, *init], {"body": graph}, outputs=len(op.results))
 
