@@ -34,8 +34,12 @@ def test_generated_source_is_a_python_loop_with_stack() -> None:
     fn = lt.load_function(SOURCE, "ramps", compile=True)
     fn(torch.zeros(3))
     source = fn.generated_source()
-    assert "for step in range(2, 5):" in source
-    assert "torch.stack(rows" in source and "torch.empty((3,), dtype=torch.int64" in source
+    assert "in torch.arange(2, 5, device=DEVICE):" in source
+    assert "torch.stack(rows, 0)" in source and "torch.empty" not in source
+    (case,) = [c for c in CASES if c.id == "smooth_empty"]
+    empty = lt.load_function(SOURCE, "smooth", compile=True)
+    empty(*_inputs(case))
+    assert "torch.empty((0, 3), dtype=torch.float32, device=DEVICE)" in empty.generated_source()
 
 
 def _smooth_eager(xs: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:

@@ -442,7 +442,7 @@ class _Emitter:
             self.assign(op, ", ".join(carried))
 
     def emit_for(self, op: Op) -> None:
-        """`for i in range(start, stop)` with the carried values as locals; each scan value's
+        """`for i in torch.arange(start, stop)` with the carried values as locals; each scan value's
         rows go to a list, stacked with `torch.stack` (zero rows: `torch.empty`)."""
         (body,) = op.regions
         start, stop = int(str(op.attrs["start"])), int(str(op.attrs["stop"]))
@@ -453,11 +453,10 @@ class _Emitter:
             self.line(f"{', '.join(carried)} = {', '.join(self.name(v) for v in op.operands)}")
         for name in rows:
             self.line(f"{name} = []")
-        counter = self.name.fresh("step")
-        self.line(f"for {counter} in range({start}, {stop}):")
-        self.depth += 1
         index, *args = body.args
-        self.line(f"{self.name(index)} = torch.tensor({counter}, dtype=torch.int64, device=DEVICE)")
+        # the i64 index, a view per step of one arange made on the device
+        self.line(f"for {self.name(index)} in torch.arange({start}, {stop}, device=DEVICE):")
+        self.depth += 1
         self._bind_args(args, carried)
         self.region(body)
         if carried:
@@ -471,9 +470,11 @@ class _Emitter:
         for name, result in zip(rows, op.results[count:], strict=True):
             t = result.type
             empty = f"torch.empty({_shape(t.shape)}, dtype={torch_dtype(t.dtype)}, device=DEVICE)"
-            stacked.append(f"(torch.stack({name}, 0) if {name} else {empty})")
+            stacked.append(f"torch.stack({name}, 0)" if stop > start else empty)
         if op.results:
             self.assign(op, ", ".join([*carried, *stacked]))
+        if rows:
+            self.line(f"del {', '.join(rows)}")  # the stacks are copies: free the rows
 
     def _bind_args(self, args: Sequence[Value], names: Sequence[str]) -> None:
         if args:

@@ -157,8 +157,8 @@ class _Compiler:
         def step(env: Env) -> None:
             carried = [env[i] for i in init]
             rows: list[list[torch.Tensor]] = [[] for _ in row_slots]
-            for i in range(start, stop):
-                env[index] = torch.tensor(i, dtype=torch.int64, device=device)
+            for i in torch.arange(start, stop, device=device):
+                env[index] = i
                 for slot, value in zip(body_args, carried, strict=True):
                     env[slot] = value
                 run_steps(body_steps, env)
