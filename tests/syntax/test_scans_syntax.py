@@ -72,3 +72,9 @@ def test_recovery_restarts_at_for_and_yield() -> None:
     assert [code for code, _ in parsed(text)[1]] == ["E1101"] * 3
     text = "module m\nfn f() {\n let = 1\n yield x\n}"
     assert [code for code, _ in parsed(text)[1]] == ["E1101"]
+
+
+def test_a_for_over_an_array_points_to_static_for() -> None:
+    _, diagnostics = parse_text("module m\nfn f() { for layer in layers { } }")
+    assert [(d.code, d.span.text if d.span else "") for d in diagnostics] == [("E1101", "{")]
+    assert diagnostics[0].help == ("loop over a `sub` array with `static for`",)

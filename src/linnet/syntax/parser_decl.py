@@ -775,7 +775,13 @@ class DeclParser(ExprParser):
             var = self.ident("a loop variable")
         self.expect("in")
         first = self.expr()
-        self.expect("..")
+        if self.texts[self.pos] != "..":
+            raise self.expected(
+                "`..`",
+                notes=("a runtime `for` runs over a range `start..stop`",),
+                help=("loop over a `sub` array with `static for`",),
+            )
+        self.pos += 1
         last = self.expr()
         body = self.body()
         return ast.ForLoop(var, first, last, body, Span(self.file, start, body.span.end))
