@@ -347,3 +347,88 @@ def stateful_reference(
         rows.append(h + total)
     count = np.array([int(state["steps"][0]) + len(xs)], np.int32)
     return np.array(rows).reshape(xs.shape), {"total": total, "steps": count}
+
+
+# -- `--grad` through scans: f64 losses and PyTorch autograd as the reference ------------------
+
+GRAD_SOURCE = """module losses
+
+fn matvec<R: Dim, C: Dim>(m: Tensor[R, C; f64], v: Tensor[C; f64]) -> Tensor[R; f64] {
+    let y[r] = sum[c] m[r, c] * v[c]
+    return y
+}
+
+// An RNN over time; the loss reads every hidden state (the scan) and the last (carried).
+pub entry rnn_loss<T: Dim, I: Dim, H: Dim>(
+    xs: Tensor[T, I; f64],
+    w: Tensor[H, I; f64],
+    u: Tensor[H, H; f64],
+    b: Tensor[H; f64],
+    h0: Tensor[H; f64],
+) -> f64 {
+    var h = h0
+    let (hs, gates) = for t in 0..T {
+        let g = tanh(matvec(w, xs[t]) + matvec(u, h) + b)
+        h = h * 0.5 + g * cast<f64>(t + 1)
+        yield (h, g * g)
+    }
+    let weights = iota<f64>(T * H)
+    let flat = reshape(hs, [T * H])
+    return sum[k] flat[k] * weights[k] + sum[t, j] gates[t, j] + sum[j] h[j] * h[j]
+}
+
+// Nested scans from an offset range, a statement loop carrying two values, a counter.
+pub entry nested_loss<A: Dim, B: Dim>(u: Tensor[A; f64], v: Tensor[B; f64]) -> f64 {
+    let table = for i in 0..A {
+        let row = for j in 2..B + 2 {
+            yield u[i] * v[j - 2] + sin(u[i])
+        }
+        yield row
+    }
+    var acc = v
+    var count: i32 = 0
+    for k in 1..4 {
+        acc = acc * table[k - 1, 0] + cast<f64>(count)
+        count = count + 1
+    }
+    return sum[i, j] table[i, j] * table[i, j] + sum[j] acc[j]
+}
+
+// A zero-length scan: its rows carry no gradient, the carried value passes through.
+pub entry empty_loss<N: Dim>(x: Tensor[N; f64]) -> f64 {
+    var c = x * 2.0
+    let rows = for _k in 0..0 {
+        c = c * x
+        yield c
+    }
+    return sum[i] c[i] * x[i] + sum[k, i] rows[k, i]
+}
+"""
+
+
+def autograd_reference(name: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The loss and the gradient of every input by PyTorch autodiff through linnet.torch (f64)."""
+    import torch
+
+    import linnet.torch as lt
+
+    fn = lt.load_function(GRAD_SOURCE, name)
+    tensors = [torch.tensor(x, requires_grad=True) for x in inputs]
+    loss = fn(*tensors)
+    grads = torch.autograd.grad(loss, tensors, allow_unused=True)
+    return [loss.detach().numpy(), *(g.numpy() for g in grads)]
+
+
+_GRAD_RNG = np.random.default_rng(6)
+GRAD_CASES = [
+    (
+        "rnn_loss",
+        {"T": 5, "I": 3, "H": 4},
+        [
+            _GRAD_RNG.standard_normal((5, 3)),
+            *(_GRAD_RNG.standard_normal(s) * 0.5 for s in ((4, 3), (4, 4), (4,), (4,))),
+        ],
+    ),
+    ("nested_loss", {"A": 4, "B": 3}, [_GRAD_RNG.standard_normal(4), _GRAD_RNG.standard_normal(3)]),
+    ("empty_loss", {"N": 3}, [_GRAD_RNG.standard_normal(3)]),
+]

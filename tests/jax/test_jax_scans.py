@@ -12,7 +12,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from scan_cases import CASE_IDS, CASES, SOURCE, ScanCase, check_results
+from scan_cases import (
+    CASE_IDS,
+    CASES,
+    GRAD_CASES,
+    GRAD_SOURCE,
+    SOURCE,
+    ScanCase,
+    autograd_reference,
+    check_results,
+)
 
 from linnet.pipeline import check_source, compile_entry
 from linnet.target import Target
@@ -95,3 +104,20 @@ def test_state_assigned_in_a_scan(mode: str, steps: int) -> None:
 
     fn, inputs, weights, state = stateful_case(steps)
     check(fn, inputs, mode, weights, state)  # against the interpreter (tests/ir)
+
+
+@pytest.mark.parametrize("stablehlo", [False, True], ids=["source", "stablehlo"])
+@pytest.mark.parametrize(("name", "generics", "inputs"), GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
+def test_grad_export_runs_on_jax(
+    stablehlo: bool, name: str, generics: dict[str, int], inputs: list[np.ndarray]
+) -> None:
+    """`linnet jax|stablehlo --grad`: the differentiated function (backward `for` loops)."""
+    from linnet.ir.grad import differentiate_entry
+    from linnet.jax.execute import run_function_jax
+    from linnet.pipeline import optimize
+
+    fn = compile_entry(check_source(GRAD_SOURCE), Target(entry=name, generics=generics)).function
+    differentiated, _ = differentiate_entry(fn)
+    got, _ = run_function_jax(optimize(differentiated), inputs, {}, {}, stablehlo=stablehlo)
+    for g, e in zip(got, autograd_reference(name, inputs), strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)

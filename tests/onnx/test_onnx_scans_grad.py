@@ -9,76 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+from scan_cases import GRAD_CASES, GRAD_SOURCE, autograd_reference
 
 import linnet.torch as lt
 from linnet.onnx import export_function, export_model
 
-LOSSES = """module losses
-
-fn matvec<R: Dim, C: Dim>(m: Tensor[R, C; f64], v: Tensor[C; f64]) -> Tensor[R; f64] {
-    let y[r] = sum[c] m[r, c] * v[c]
-    return y
-}
-
-// An RNN over time; the loss reads every hidden state (the scan) and the last (carried).
-pub entry rnn_loss<T: Dim, I: Dim, H: Dim>(
-    xs: Tensor[T, I; f64],
-    w: Tensor[H, I; f64],
-    u: Tensor[H, H; f64],
-    b: Tensor[H; f64],
-    h0: Tensor[H; f64],
-) -> f64 {
-    var h = h0
-    let (hs, gates) = for t in 0..T {
-        let g = tanh(matvec(w, xs[t]) + matvec(u, h) + b)
-        h = h * 0.5 + g * cast<f64>(t + 1)
-        yield (h, g * g)
-    }
-    let weights = iota<f64>(T * H)
-    let flat = reshape(hs, [T * H])
-    return sum[k] flat[k] * weights[k] + sum[t, j] gates[t, j] + sum[j] h[j] * h[j]
-}
-
-// Nested scans from an offset range, a statement loop carrying two values, a counter.
-pub entry nested_loss<A: Dim, B: Dim>(u: Tensor[A; f64], v: Tensor[B; f64]) -> f64 {
-    let table = for i in 0..A {
-        let row = for j in 2..B + 2 {
-            yield u[i] * v[j - 2] + sin(u[i])
-        }
-        yield row
-    }
-    var acc = v
-    var count: i32 = 0
-    for k in 1..4 {
-        acc = acc * table[k - 1, 0] + cast<f64>(count)
-        count = count + 1
-    }
-    return sum[i, j] table[i, j] * table[i, j] + sum[j] acc[j]
-}
-
-// A zero-length scan: its rows carry no gradient, the carried value passes through.
-pub entry empty_loss<N: Dim>(x: Tensor[N; f64]) -> f64 {
-    var c = x * 2.0
-    let rows = for _k in 0..0 {
-        c = c * x
-        yield c
-    }
-    return sum[i] c[i] * x[i] + sum[k, i] rows[k, i]
-}
-"""
-
-
-def _autograd(name: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    fn = lt.load_function(LOSSES, name)
-    tensors = [torch.tensor(x, requires_grad=True) for x in inputs]
-    loss = fn(*tensors)
-    grads = torch.autograd.grad(loss, tensors, allow_unused=True)
-    return [loss.detach().numpy(), *(g.numpy() for g in grads)]
-
 
 def _exported(name: str, generics: dict[str, int], inputs: list[np.ndarray]) -> list[np.ndarray]:
-    exported = export_function(LOSSES, name, generics=generics, grad=True)
+    exported = export_function(GRAD_SOURCE, name, generics=generics, grad=True)
     session = exported.session("cpu")
     feeds = {i.name: x for i, x in zip(session.get_inputs(), inputs, strict=True)}
     names = [io.name for io in exported.outputs]
@@ -86,27 +24,12 @@ def _exported(name: str, generics: dict[str, int], inputs: list[np.ndarray]) -> 
     return session.run(names, feeds)
 
 
-RNG = np.random.default_rng(6)
-CASES = [
-    (
-        "rnn_loss",
-        {"T": 5, "I": 3, "H": 4},
-        [
-            RNG.standard_normal((5, 3)),
-            *(RNG.standard_normal(s) * 0.5 for s in ((4, 3), (4, 4), (4,), (4,))),
-        ],
-    ),
-    ("nested_loss", {"A": 4, "B": 3}, [RNG.standard_normal(4), RNG.standard_normal(3)]),
-    ("empty_loss", {"N": 3}, [RNG.standard_normal(3)]),
-]
-
-
-@pytest.mark.parametrize(("name", "generics", "inputs"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("name", "generics", "inputs"), GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
 def test_exported_gradients_equal_autograd(
     name: str, generics: dict[str, int], inputs: list[np.ndarray]
 ) -> None:
     got = _exported(name, generics, inputs)
-    expected = _autograd(name, inputs)
+    expected = autograd_reference(name, inputs)
     for g, e in zip(got, expected, strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
 
@@ -159,7 +82,7 @@ def test_block_params_get_gradients_through_a_scan() -> None:
         np.testing.assert_allclose(got[name], by_path[path].grad.numpy(), rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize(("name", "generics", "inputs"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("name", "generics", "inputs"), GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
 def test_differentiated_ir_verifies_and_interprets_alike(
     name: str, generics: dict[str, int], inputs: list[np.ndarray]
 ) -> None:
@@ -169,9 +92,9 @@ def test_differentiated_ir_verifies_and_interprets_alike(
     from linnet.pipeline import check_source, compile_entry
     from linnet.target import Target
 
-    fn = compile_entry(check_source(LOSSES), Target(entry=name, generics=generics)).function
+    fn = compile_entry(check_source(GRAD_SOURCE), Target(entry=name, generics=generics)).function
     differentiated, _ = differentiate_entry(fn)
     verify(differentiated)
     got, _ = run_function(differentiated, {}, {}, inputs)
-    for g, e in zip(got, _autograd(name, inputs), strict=True):
+    for g, e in zip(got, autograd_reference(name, inputs), strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)

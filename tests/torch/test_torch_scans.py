@@ -12,7 +12,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from scan_cases import CASE_IDS, CASES, SOURCE, ScanCase, check_results
+from scan_cases import (
+    CASE_IDS,
+    CASES,
+    GRAD_CASES,
+    GRAD_SOURCE,
+    SOURCE,
+    ScanCase,
+    autograd_reference,
+    check_results,
+)
 
 import linnet.torch as lt
 
@@ -101,3 +110,22 @@ def test_state_assigned_in_a_scan(mode: str, steps: int) -> None:
 
     fn, inputs, weights, state = stateful_case(steps)
     check(fn, inputs, mode, weights, state)  # against the interpreter (tests/ir)
+
+
+@pytest.mark.parametrize("mode", ["runner", "codegen"])
+@pytest.mark.parametrize(("name", "generics", "inputs"), GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
+def test_grad_export_runs_on_torch(
+    mode: str, name: str, generics: dict[str, int], inputs: list[np.ndarray]
+) -> None:
+    """`linnet torch --grad`: the differentiated function (backward `for` loops included)."""
+    from torch_support import run_torch
+
+    from linnet.ir.grad import differentiate_entry
+    from linnet.pipeline import check_source, compile_entry, optimize
+    from linnet.target import Target
+
+    fn = compile_entry(check_source(GRAD_SOURCE), Target(entry=name, generics=generics)).function
+    differentiated, _ = differentiate_entry(fn)
+    got, _ = run_torch(optimize(differentiated), inputs, mode)
+    for g, e in zip(got, autograd_reference(name, inputs), strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
