@@ -251,6 +251,8 @@ class Materializer:
             return carried
         if kind in ("static_for", "static_range"):
             return self.static_loop(op, xs, values, env, block)
+        if kind == "for":
+            return self.runtime_for(op, xs, values, env, block)
         if kind in ("call", "semantic.call"):
             return [self.call_op(op, xs, env, block)]
         if kind in ("block.param", "block.sub", "state.read"):
@@ -382,6 +384,31 @@ class Materializer:
         for element in elements:
             carried = self.sub_region(body, [element, *carried], values, env, block)
         return carried
+
+    def runtime_for(
+        self,
+        op: dict[str, Any],
+        xs: list[Any],
+        values: dict[int, Any],
+        env: Env,
+        block: Block | None,
+    ) -> list[Any]:
+        """A runtime `for` (language-extensions 1): carried values, then stacked scan rows."""
+        (body,) = op["regions"]
+        attrs = op["attrs"]
+        carried = list(xs)
+        scans = op["results"][len(xs) :]
+        rows: list[list[Any]] = [[] for _ in scans]
+        for i in range(dim(attrs["start"], env), dim(attrs["stop"], env)):
+            out = self.sub_region(body, [np.int64(i), *carried], values, env, block)
+            carried = out[: len(carried)]
+            for collected, row in zip(rows, out[len(carried) :], strict=True):
+                collected.append(row)
+        stacked = [
+            np.stack(collected) if collected else np.zeros(shape(result["type"]["shape"], env))
+            for collected, result in zip(rows, scans, strict=True)
+        ]
+        return [*carried, *stacked]
 
     def call_op(self, op: dict[str, Any], xs: list[Any], env: Env, block: Block | None) -> Any:
         attrs = op["attrs"]

@@ -59,6 +59,7 @@ CODES: dict[str, str] = {
     "E2121": "invalid static for",
     "E2122": "cyclic definition",
     "E2123": "not compile-time",
+    "E2124": "misplaced yield or scan",
     "E2125": "invalid gradient clause",
     "E2190": "not implemented",
     "E2201": "incompatible index extents",

@@ -126,7 +126,7 @@ REJECTED: dict[str, tuple[str, str]] = {
         "E1004",
         """
         module r.a
-        pub fn f(yield: f32) -> f32 {
+        pub fn f(async: f32) -> f32 {
             return 1.0
         }
         """,

@@ -31,6 +31,7 @@ def test_every_kind_of_the_contract_has_a_rule() -> None:
         "eq", "ne", "lt", "le", "gt", "ge", "select", "broadcast", "reshape", "permute",
         "slice", "concat", "gather", "take", "reduce", "contract", "while", "if", "call",
         "cumsum",  # language-extensions 0.5
+        "for",  # language-extensions 0.5
     }  # fmt: skip
     assert contract == ops.OP_KINDS
 

@@ -20,7 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from linnet.check import assignability, calls, indexing, members, operators, patterns, signatures
+from linnet.check import (
+    assignability,
+    calls,
+    indexing,
+    members,
+    operators,
+    patterns,
+    scans,
+    signatures,
+)
 from linnet.check.context import Context
 from linnet.check.decls import (
     AliasInfo,
@@ -530,4 +539,5 @@ _DISPATCH: dict[type, Callable[[BodyChecker, ast.Expr, Type | None], Type]] = {
     ast.Reduction: indexing.check_reduction,  # type: ignore[dict-item]
     ast.IfExpr: BodyChecker.check_if,  # type: ignore[dict-item]
     ast.MatchExpr: patterns.check_match,  # type: ignore[dict-item]
+    ast.ForLoop: scans.check_misplaced,  # type: ignore[dict-item]
 }

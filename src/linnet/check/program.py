@@ -19,6 +19,7 @@ hash by identity; the AST is never mutated):
 - `bindings[n]`: the `LocalInfo` a `let`/`var`/pattern/loop introduces,
   keyed by the binding `Ident`.
 - `static_fors[s]`: what a `static for` iterates.
+- `runtime_fors[f]`: the bounds, loop variable and yield type of a runtime `for`.
 - `modules`: per module key, its `ModuleInfo` (items, imports, blocks with
   member tables, functions with generics, facts, state accesses and calls).
 """
@@ -125,6 +126,17 @@ class StaticForInfo:
 
 
 @record(frozen=True)
+class ForInfo:
+    """A runtime `for` (language-extensions 1): its bounds, its loop variable, and for a
+    scan (a `for` with a value) the type of one `yield` value (`yield_type`)."""
+
+    start: Dim
+    stop: Dim
+    variable: LocalInfo | None
+    yield_type: Type | None = None
+
+
+@record(frozen=True)
 class ManifestEntry:
     """One tensor of an instantiated block tree (12.7, 18.2 `inspect --parameters`)."""
 
@@ -174,6 +186,7 @@ class CheckedProgram:
     reductions: dict[ast.Reduction, ReductionInfo] = field(default_factory=dict)
     bindings: dict[ast.Ident, LocalInfo] = field(default_factory=dict)
     static_fors: dict[ast.StaticForStmt, StaticForInfo] = field(default_factory=dict)
+    runtime_fors: dict[ast.ForLoop, ForInfo] = field(default_factory=dict)  # language-ext. 1
     functions: dict[ast.FnDecl, FnInfo] = field(default_factory=dict)
     blocks: dict[ast.BlockDecl, BlockInfo] = field(default_factory=dict)
     # gradient clauses of ops (language-extensions 3), checked and applicable

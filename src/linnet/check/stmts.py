@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from linnet.check import assignability, indexing, signatures
+from linnet.check import assignability, indexing, scans, signatures
 from linnet.check.context import Context
 from linnet.check.decls import ConstInfo, FnInfo, LocalInfo, MemberInfo, UnresolvedImport
 from linnet.check.dims import Dim
@@ -80,12 +80,12 @@ def check_stmts(chk: BodyChecker, stmts: tuple[ast.Stmt, ...]) -> None:
 def check_let(chk: BodyChecker, s: ast.LetStmt) -> None:
     if s.type is not None:
         t = resolve_type(chk, s.type)
-        value = chk.expr(s.value, t)
+        value = scans.value(chk, s.value, t)
         if not assignability.coerce(chk, s.value, value, t, "the value"):
             t = ERROR  # the annotation or the value is wrong: uses of the name would cascade
         bind_pattern(chk, s.pattern, t, "let")
         return
-    value = chk.expr(s.value)
+    value = scans.value(chk, s.value)
     keep = isinstance(s.pattern, ast.NamePattern)
     bind_pattern(chk, s.pattern, assignability.materialize(chk, s.value, value, keep), "let")
 
@@ -93,11 +93,11 @@ def check_let(chk: BodyChecker, s: ast.LetStmt) -> None:
 def check_var(chk: BodyChecker, s: ast.VarStmt) -> None:
     if s.type is not None:
         t = resolve_type(chk, s.type)
-        value = chk.expr(s.value, t)
+        value = scans.value(chk, s.value, t)
         if not assignability.coerce(chk, s.value, value, t, "the value"):
             t = ERROR  # as for `let`
     else:
-        t = assignability.materialize(chk, s.value, chk.expr(s.value), True)
+        t = assignability.materialize(chk, s.value, scans.value(chk, s.value), True)
     chk.declare_local(s.name, t, "var", mutable=True)
 
 
@@ -137,7 +137,7 @@ def check_assign(chk: BodyChecker, s: ast.AssignStmt) -> None:
         _cannot_assign(chk, s, decl)
         chk.expr(s.value)
         return
-    value = chk.expr(s.value, target)
+    value = scans.value(chk, s.value, target)
     if (
         isinstance(target, CtIntType)
         and isinstance(value, CtIntType)
@@ -208,7 +208,7 @@ def check_return(chk: BodyChecker, s: ast.ReturnStmt) -> None:
             "missing value",
         )
         return
-    value = chk.expr(s.value, fn.result)
+    value = scans.value(chk, s.value, fn.result)
     assignability.coerce(chk, s.value, value, fn.result, "the returned value")
 
 
@@ -292,4 +292,6 @@ _STATEMENTS: dict[type, Callable[[BodyChecker, ast.Stmt], None]] = {
     ast.StaticForStmt: check_static_for,  # type: ignore[dict-item]
     ast.WhileStmt: check_while,  # type: ignore[dict-item]
     ast.ComprehensionStmt: check_comprehension,  # type: ignore[dict-item]
+    ast.ForLoop: scans.check_statement,  # type: ignore[dict-item]
+    ast.YieldStmt: scans.check_misplaced_yield,  # type: ignore[dict-item]
 }

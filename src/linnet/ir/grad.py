@@ -28,6 +28,9 @@ ops. The rules follow section 6.3:
 - `cumsum`'s gradient is the running sum from the other end, computed as
   `total - cumsum(g) + g` (the IR has no reversal);
 - values read from `state` (and buffers) are constants;
+- a runtime `for` is differentiated by storing the carried values each
+  iteration starts from and replaying the iterations backwards
+  (`linnet.ir.grad_scan`);
 - a `while` or `if` the loss depends on through a differentiated value is
   refused, naming the loop: section 6.3 does not differentiate `while`, and
   a runtime `if` has no static branch to follow.
@@ -216,6 +219,10 @@ class _Backward:
 
     def run(self, ops: Sequence[Op], loss: Value, active: set[Value]) -> None:
         self.grad[loss] = self.b.const(1.0, loss.type.dtype)
+        self.pull(ops, active)
+
+    def pull(self, ops: Sequence[Op], active: set[Value]) -> None:
+        """Walk `ops` backwards from the gradients already seeded in `self.grad`."""
         for op in reversed(ops):
             gs = [self.grad.get(r) for r in op.results]
             if all(g is None for g in gs):
@@ -223,6 +230,11 @@ class _Backward:
             wanted = [v in active for v in op.operands]
             if clause_region(op) is not None:
                 self.clause(op, gs[0], wanted)
+                continue
+            if op.kind == "for":  # replayed backwards (language-extensions 6.3)
+                from linnet.ir.grad_scan import differentiate_for
+
+                differentiate_for(self, op, gs, active)
                 continue
             if (op.regions and any(wanted)) or any(_reads(r) & active for r in op.regions):
                 raise LinnetError(

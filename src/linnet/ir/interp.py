@@ -5,7 +5,7 @@ Stage: a backend of the Core IR (architecture.md "Backends"). Input: a lowered
 and inputs (in order). Output: the function's results and the new state.
 Region-free ops run through the kernel table in `linnet.ir.kernels` (where the
 numeric choices are documented); this module adds the sources (`param`,
-`buffer`, `state`) and the region ops (`while`, `if`, `call`: a call runs its
+`buffer`, `state`) and the region ops (`while`, `for`, `if`, `call`: a call runs its
 canonical body). Values are SSA, so one environment keyed by value identity
 serves every region: a region reads enclosing values by looking them up.
 
@@ -112,6 +112,26 @@ def _run_while(interp: Interpreter, op: Op) -> list[Array]:
     return carried
 
 
+def _run_for(interp: Interpreter, op: Op) -> list[Array]:
+    """Carried values feed each iteration; scan rows are stacked on a new axis 0 (0 rows
+    give an empty array of the declared shape)."""
+    (body,) = op.regions
+    start, stop = op.attrs["start"], op.attrs["stop"]
+    assert isinstance(start, int) and isinstance(stop, int)
+    carried = [interp.read(v) for v in op.operands]
+    rows: list[list[Array]] = [[] for _ in op.results[len(carried) :]]
+    for i in range(start, stop):
+        out = interp.run_region(body, [np.array(i, np.int64), *carried])
+        carried = out[: len(carried)]
+        for collected, row in zip(rows, out[len(carried) :], strict=True):
+            collected.append(row)
+    stacked = [
+        np.stack(collected) if collected else np.zeros(v.type.shape, numpy_dtype(v.type.dtype))
+        for collected, v in zip(rows, op.results[len(carried) :], strict=True)
+    ]
+    return [*carried, *stacked]
+
+
 def _run_if(interp: Interpreter, op: Op) -> list[Array]:
     then, otherwise = op.regions
     taken = then if bool(interp.read(op.operands[0])) else otherwise
@@ -128,6 +148,7 @@ REGION_AND_SOURCE_RULES: dict[str, Callable[[Interpreter, Op], list[Array]]] = {
     "buffer": _run_buffer,
     "state": _run_state,
     "while": _run_while,
+    "for": _run_for,
     "if": _run_if,
     "call": _run_call,
 }

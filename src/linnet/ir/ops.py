@@ -480,6 +480,7 @@ def check_contract(
 # -- control flow and calls -------------------------------------------------------------------
 
 BOOL_SCALAR = TensorType((), "bool")
+I64_SCALAR = TensorType((), "i64")
 
 
 def _signature(kind: str, region: Region, what: str, args: Types, results: Types | None) -> None:
@@ -509,6 +510,32 @@ def check_while(
     _signature(kind, regions[0], "cond", carried, (BOOL_SCALAR,))
     _signature(kind, regions[1], "body", carried, carried)
     return carried
+
+
+def check_for(
+    kind: str,
+    operands: Sequence[TensorType],
+    attrs: Mapping[str, object],
+    regions: Sequence[Region],
+    given: Types | None,
+) -> Types:
+    """`for` (language-extensions 0.5): the body takes (i64 index, carried) and yields the
+    next carried values then one row per scan value; results are the final carried values,
+    then each scan value stacked on a new leading axis of `stop - start` rows."""
+    start = _int_attr(kind, attrs, "start")
+    stop = _int_attr(kind, attrs, "stop")
+    if stop < start:
+        raise fail(kind, f"stop {stop} is below start {start}")
+    if len(regions) != 1:
+        raise fail(kind, "needs exactly one body region")
+    carried = tuple(operands)
+    body = regions[0]
+    _signature(kind, body, "body", (I64_SCALAR, *carried), None)
+    results = _types_of(body.results)
+    if results[: len(carried)] != carried:
+        raise fail(kind, f"body yields {_show(results)}, should start with {_show(carried)}")
+    rows = results[len(carried) :]
+    return carried + tuple(TensorType((stop - start, *t.shape), t.dtype) for t in rows)
 
 
 def check_if(
@@ -596,6 +623,7 @@ RULES: dict[str, Rule] = {
     "reduce": check_reduce,
     "contract": check_contract,
     "while": check_while,
+    "for": check_for,
     "if": check_if,
     "call": check_call,
 }

@@ -13,7 +13,7 @@ others quoted; a constant shows its elements (floats in the shortest form that r
 exactly) when it has at most
 `MAX_CONST_ELEMENTS`, otherwise a `<f32[64,64]>` summary. Region ops print
 their regions indented under the op, each headed by its role
-(`cond`/`body` for while, `then`/`else` for if, `body` for call) and ending in
+(`cond`/`body` for while, `body` for for and call, `then`/`else` for if) and ending in
 `yield`. A function ends with `return` and one `update <path> = %v` line per
 state update; a program first lists its generics, params, buffers and state.
 """
@@ -27,7 +27,12 @@ from linnet.ir.core import FLOAT_DTYPES, Function, Op, Program, Region, TensorTy
 
 MAX_CONST_ELEMENTS = 16
 _BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:]*")  # names and paths print unquoted
-_REGION_ROLES = {"while": ("cond", "body"), "if": ("then", "else"), "call": ("body", "gradient")}
+_REGION_ROLES = {
+    "while": ("cond", "body"),
+    "for": ("body",),
+    "if": ("then", "else"),
+    "call": ("body", "gradient"),
+}
 
 
 def _number(value: object, dtype: str) -> str:

@@ -14,7 +14,7 @@ shape ops are `jnp`/`lax` calls with their static attributes spelled out, and
 the few ops whose Linnet semantics differ from one JAX call (integer
 division, float -> int casts, empty reductions, low-precision accumulation)
 call the helpers of `linnet.jax.kernels` (bound as `K`). `while` becomes
-`lax.while_loop` and `if` becomes `lax.cond`, with their regions as nested
+`lax.while_loop`, a runtime `for` `lax.scan` and `if` `lax.cond`, with their regions as nested
 functions (which read enclosing values as closures); `call` ops are inlined
 with a comment naming the op. Constants are module globals `_c<n>` (NumPy
 arrays, embedded as XLA constants when traced).
@@ -304,6 +304,40 @@ class _Emitter:
             self.assign(op, f"lax.while_loop({cond_fn}, {body_fn}, {init})", unpack=True)
         else:
             self.line(f"lax.while_loop({cond_fn}, {body_fn}, {init})")
+
+    def emit_for(self, op: Op) -> None:
+        """`lax.scan(step, carry, jnp.arange(start, stop))` (language-extensions 1.5): `step`
+        takes the carried values and the `i64` index and returns the next carried values
+        and the rows, which `lax.scan` stacks on a new axis 0."""
+        (body,) = op.regions
+        start, stop = int(str(op.attrs["start"])), int(str(op.attrs["stop"]))
+        count = len(op.operands)
+        if start == stop:
+            # No iteration: the body is not traced (it may index an empty axis), the
+            # carried values pass through and each scan value is empty.
+            empty = [
+                f"jnp.zeros({_tuple(v.type.shape)}, dtype={JNP_NAMES[v.type.dtype]})"
+                for v in op.results[count:]
+            ]
+            if op.results:
+                self.assign(op, _tuple([*self.args(op), *empty]), unpack=True)
+            return
+        step, carried, index = (self.name.fresh(h) for h in ("scan_step", "carried", "index"))
+        following = _tuple([self.name(v) for v in body.results[:count]]) if count else "()"
+        rows = body.results[count:]
+        stacked = _tuple([self.name(v) for v in rows]) if rows else "()"
+        self.nested(
+            f"def {step}({carried}, {index}):",
+            body,
+            f"({index}, *{carried})",
+            f"{following}, {stacked}",
+        )
+        init = _tuple(self.args(op)) if op.operands else "()"
+        indices = f"jnp.arange({start}, {stop}, dtype=jnp.int64)"
+        final, scans = self.name.fresh("final"), self.name.fresh("stacked")
+        self.line(f"{final}, {scans} = lax.scan({step}, {init}, {indices})")
+        if op.results:
+            self.assign(op, f"(*{final}, *{scans})", unpack=True)
 
     def emit_if(self, op: Op) -> None:
         then, otherwise = op.regions

@@ -147,6 +147,55 @@ class BodyEncoder(ExprEncoder):
         for local, value in zip(carried, results, strict=True):
             self._bind(local, value)
 
+    def for_(self, s: ast.ForLoop) -> None:
+        self.scan(s)
+
+    def scan(self, e: ast.ForLoop) -> Json:
+        """A runtime `for` (language-extensions 1) as a `for` op; a scan's value is its one
+        stacked result, or a `tuple.make` of them for a tuple `yield`."""
+        info = self.program.runtime_fors.get(e)
+        if info is None:
+            raise InternalError("a `for` was not checked")
+        carried = self._carried(e.body.stmts)
+        init = [self.env[local] for local in carried]
+        stmts = e.body.stmts
+        final = stmts[-1] if info.yield_type is not None else None
+        if final is not None:
+            stmts = stmts[:-1]
+        counter = self._value(scalar(I64))
+        returned, self.returned = self.returned, False  # `return for ...`: the body still runs
+        with self._region([counter, *self._carried_args(carried)]) as body:
+            if info.variable is not None:
+                self._bind(info.variable, counter)
+            self.stmts(stmts)
+            rows: list[Json] = []
+            if isinstance(final, ast.YieldStmt):
+                yielded = strip_parens(final.value)
+                if isinstance(info.yield_type, TupleType) and isinstance(yielded, ast.TupleExpr):
+                    rows = [self.expr(x) for x in yielded.elems]
+                elif isinstance(info.yield_type, TupleType):
+                    whole = self.expr(final.value)
+                    rows = [
+                        self._emit1("tuple.get", [whole], t, {"index": i})
+                        for i, t in enumerate(info.yield_type.elems)
+                    ]
+                else:
+                    rows = [self.expr(final.value)]
+            self._emit("yield", [*(self.env[local] for local in carried), *rows], [])
+        self.returned = returned
+        stacked = self.program.types.get(e) if final is not None else None
+        scans = list(stacked.elems) if isinstance(stacked, TupleType) else []
+        if stacked is not None and not isinstance(stacked, TupleType):
+            scans = [stacked]
+        attrs: Json = {"start": self.values.dim(info.start), "stop": self.values.dim(info.stop)}
+        results = self._emit("for", init, [*(c.type for c in carried), *scans], attrs, [body])
+        for local, value in zip(carried, results[: len(carried)], strict=True):
+            self._bind(local, value)
+        out = results[len(carried) :]
+        if isinstance(stacked, TupleType):
+            return self._emit1("tuple.make", out, stacked)
+        return out[0] if out else {}
+
     def _loop(
         self,
         kind: str,
@@ -182,8 +231,12 @@ class BodyEncoder(ExprEncoder):
                     target = self.program.resolutions.get(s.target)
                     if isinstance(target, LocalInfo) and target in self.env:
                         found.setdefault(target)
-                elif isinstance(s, (ast.StaticForStmt, ast.WhileStmt)):
+                elif isinstance(s, (ast.StaticForStmt, ast.WhileStmt, ast.ForLoop)):
                     walk(s.body.stmts)
+                if isinstance(
+                    s, (ast.LetStmt, ast.VarStmt, ast.AssignStmt, ast.ReturnStmt)
+                ) and isinstance(s.value, ast.ForLoop):  # a scan assigns outer `var`s too
+                    walk(s.value.body.stmts)
 
         walk(stmts)
         return list(found)
@@ -197,4 +250,5 @@ _STATEMENTS: dict[type, Callable[[BodyEncoder, ast.Stmt], None]] = {
     ast.ComprehensionStmt: BodyEncoder.comprehension,  # type: ignore[dict-item]
     ast.StaticForStmt: BodyEncoder.static_for,  # type: ignore[dict-item]
     ast.WhileStmt: BodyEncoder.while_,  # type: ignore[dict-item]
+    ast.ForLoop: BodyEncoder.for_,  # type: ignore[dict-item]
 }

@@ -34,7 +34,11 @@ Op kinds (the 19 list), with their attrs:
   field values in declaration order), `struct.get {field}`,
   `option.some`, `option.none`, `option.match` (regions `some` with the
   payload as argument, then `none`), `enum.match {arms}` (one region per arm).
-- control `if` (regions then, else), `static_for {length}` over a `sub` array
+- control `if` (regions then, else), `for {start, stop}` (a runtime `for`,
+  language-extensions 1: operands the initial carried values, one region with
+  the `i64` counter and the carried values as arguments, yielding the next
+  carried values then the scan values; results: the final carried values,
+  then the scan values stacked on a new leading axis), `static_for {length}` over a `sub` array
   and `static_range {start, stop}` (region arguments: the element or the `i64`
   counter, then the carried values), `while` (regions cond, body; arguments:
   the carried values), `yield`, `return`.
@@ -194,6 +198,10 @@ class ExprEncoder:
         if t is None:
             raise InternalError(f"the checker recorded no type for `{e.span.text}`")
         return t
+
+    def scan(self, e: ast.ForLoop) -> Json:
+        """A `for` with a value (language-extensions 1): `BodyEncoder` encodes loops."""
+        raise InternalError("a scan outside a function body")
 
     def pattern(self, p: ast.Pattern, value: Json, t: Type | None) -> None:
         """Bind an irrefutable pattern (11.4): a name, `_`, or a tuple taken apart."""
@@ -650,4 +658,5 @@ _EXPRESSIONS: dict[type, Callable[[ExprEncoder, ast.Expr], Json]] = {
     ast.Reduction: ExprEncoder.reduction,  # type: ignore[dict-item]
     ast.IfExpr: ExprEncoder.if_,  # type: ignore[dict-item]
     ast.MatchExpr: ExprEncoder.match,  # type: ignore[dict-item]
+    ast.ForLoop: lambda encoder, e: encoder.scan(e),  # type: ignore[arg-type]
 }

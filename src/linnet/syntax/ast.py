@@ -329,9 +329,27 @@ class MatchExpr:
     span: Span
 
 
+@node
+class ForLoop:
+    """`for i in start..stop { }` (language-extensions 1): a statement, or as a value a
+    scan stacking the body's final `yield` along a new leading axis."""
+
+    var: Ident
+    start: Expr
+    stop: Expr
+    body: Body
+    span: Span
+
+    @property
+    def range_span(self) -> Span:
+        """The range `start..stop`."""
+        return Span(self.span.file, self.start.span.start, self.stop.span.end)
+
+
 Expr = (
     IntLit | FloatLit | StringLit | BoolLit | NoneLit | Name | Paren | Unary | Binary | Call
     | Member | Index | TupleExpr | SomeExpr | ShapeLit | Reduction | IfExpr | MatchExpr
+    | ForLoop
 )  # fmt: skip
 
 # A generic argument is a type or an expression (section 3.3 rule 2): a bare
@@ -418,7 +436,18 @@ class WhileStmt:
     span: Span
 
 
-Stmt = LetStmt | ComprehensionStmt | VarStmt | AssignStmt | ReturnStmt | StaticForStmt | WhileStmt
+@node
+class YieldStmt:
+    """`yield value`: ends the body of a `for` that gives a value (language-extensions 1.2)."""
+
+    value: Expr
+    span: Span
+
+
+Stmt = (
+    LetStmt | ComprehensionStmt | VarStmt | AssignStmt | ReturnStmt | StaticForStmt | WhileStmt
+    | ForLoop | YieldStmt
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------- declarations

@@ -113,7 +113,10 @@ class _FilePrinter(ExprPrinter):
             ast.ReturnStmt: self._return,
             ast.StaticForStmt: self._static_for,
             ast.WhileStmt: self._while,
+            ast.ForLoop: self._for,
+            ast.YieldStmt: self._yield,
         }
+        self._exprs[ast.ForLoop] = self._for  # a scan (language-extensions 1.4)
 
     # ------------------------------------------------------------ file
 
@@ -374,3 +377,14 @@ class _FilePrinter(ExprPrinter):
 
     def _while(self, s: ast.WhileStmt) -> DocLike:
         return concat(self.tok("while"), " ", self.expr(s.cond), " ", self._body(s.body))
+
+    def _for(self, s: ast.ForLoop) -> DocLike:
+        """`for i in a..b {` (no spaces at `..`), the body indented once; as a value too."""
+        return concat(
+            self.tok("for"), " ", self.ident(s.var), " ", self.tok("in"), " ",
+            self.expr(s.start), self.tok(".."), self.expr(s.stop), " ", self._body(s.body),
+        )  # fmt: skip
+
+    def _yield(self, s: ast.YieldStmt) -> DocLike:
+        """`yield value` keeps the value on its line, like `return`."""
+        return concat(self.tok("yield"), " ", self.expr(s.value))

@@ -58,7 +58,10 @@ _LEVEL: Final[dict[str, int]] = {
 }  # fmt: skip
 
 # Statement and arm values that stay after `=` / `=>` and break inside themselves.
-_HUGGED: Final = (ast.Call, ast.MatchExpr, ast.TupleExpr, ast.ShapeLit, ast.SomeExpr)
+_HUGGED: Final = (
+    ast.Call, ast.MatchExpr, ast.TupleExpr, ast.ShapeLit, ast.SomeExpr,
+    ast.ForLoop,  # a scan never moves to the next line (language-extensions 1.4)
+)  # fmt: skip
 
 _TYPE_NODES: Final = (ast.NamedType, ast.TensorType, ast.TupleType, ast.ArrayType, ast.OptionalType)
 

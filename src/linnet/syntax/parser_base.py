@@ -35,7 +35,7 @@ MAX_DEPTH = 256
 # shorter one cannot be taller than the limit (every level consumes a token).
 _HEIGHT_CHECK_TOKENS = MAX_DEPTH // 2
 
-STATEMENT_KEYWORDS = frozenset({"let", "var", "return", "static", "while"})
+STATEMENT_KEYWORDS = frozenset({"let", "var", "return", "static", "while", "for", "yield"})
 ITEM_KEYWORDS = frozenset(
     {"pub", "const", "type", "struct", "enum", "fn", "op", "entry", "block", "use", "extern"}
 )

@@ -12,7 +12,7 @@ from typing import cast
 from linnet.source import Span
 from linnet.spelling import did_you_mean
 from linnet.syntax import ast
-from linnet.syntax.lexer import EOF, IDENT
+from linnet.syntax.lexer import EOF, IDENT, KEYWORD
 from linnet.syntax.parser_base import (
     ITEM_KEYWORDS,
     MAX_DEPTH,
@@ -24,7 +24,7 @@ from linnet.syntax.parser_expr import COMPARISONS, ExprParser
 from linnet.syntax.tokens import KIND_NAMES
 
 _EXPRESSION_STARTS = frozenset(
-    {"(", "[", "!", "-", "+", "true", "false", "none", "some", "if", "match"}
+    {"(", "[", "!", "-", "+", "true", "false", "none", "some", "if", "match", "for"}
 )
 _FN_KINDS = frozenset({"fn", "op", "entry"})
 _KIND_HELP = "valid kinds are `Dim`, `Shape`, `DType`, `Numeric`, `Integer`, `Float`"
@@ -655,7 +655,8 @@ class DeclParser(ExprParser):
         return max(self.prev_end(), self.ends[open_index])
 
     def statement(self) -> ast.Stmt:
-        """Stmt ::= Let | Var | Assign | Return | StaticFor | While (no expression statements)."""
+        """Stmt ::= Let | Var | Assign | Return | StaticFor | While | ForLoop | Yield
+        (no expression statements)."""
         pos = self.pos
         text = self.texts[pos]
         if text == "let":
@@ -668,15 +669,15 @@ class DeclParser(ExprParser):
             return self.static_for()
         if text == "while":
             return self.while_stmt()
-        if self.is_name(pos) and self.texts[pos + 1] == "=":  # 3.3 rule 5
+        if text == "for":
+            return self.for_loop()
+        if text == "yield" and self.texts[pos + 1] != "=":
+            return self.yield_stmt()
+        if (self.is_name(pos) or text == "yield") and self.texts[pos + 1] == "=":  # 3.3 rule 5
             target = self.ident("an assignment target")
             self.pos += 1
             value = self.root_expr()
             return ast.AssignStmt(target, value, Span(self.file, target.span.start, value.span.end))
-        if text == "for":
-            raise self.expected(
-                "a statement", help=("loops over compile-time ranges are written `static for`",)
-            )
         hint = self.keyword_hint(sorted(STATEMENT_KEYWORDS))
         if self.starts_expression(pos):
             raise self.expected(
@@ -774,6 +775,48 @@ class DeclParser(ExprParser):
         return ast.StaticForStmt(
             pattern, iterable, stop, body, Span(self.file, start, body.span.end)
         )
+
+    def for_loop(self) -> ast.ForLoop:
+        """ForLoop ::= 'for' IDENT 'in' Expr '..' Expr Body (language-extensions 0.2, rules
+        16-18): the statement form and, where an expression is expected, a scan."""
+        start = self.starts[self.pos]
+        self.pos += 1
+        if self.texts[self.pos] == "(":
+            raise self.expected(
+                "a loop variable",
+                notes=("a runtime `for` binds one name",),
+                help=("destructure inside the body with `let`",),
+            )
+        if self.kinds[self.pos] is KEYWORD and self.texts[self.pos + 1] == "in":
+            self.report(  # rule 17: a keyword as the loop variable; take it as the name
+                "E1101",
+                f"expected a loop variable, found keyword `{self.texts[self.pos]}`",
+                self.token_span(self.pos),
+                "keywords cannot be used as names",
+            )
+            var = ast.Ident(self.texts[self.pos], self.token_span(self.pos))
+            self.pos += 1
+        else:
+            var = self.ident("a loop variable")
+        self.expect("in")
+        first = self.expr()
+        if self.texts[self.pos] != "..":
+            raise self.expected(
+                "`..`",
+                notes=("a runtime `for` runs over a range `start..stop`",),
+                help=("loop over a `sub` array with `static for`",),
+            )
+        self.pos += 1
+        last = self.expr()
+        body = self.body()
+        return ast.ForLoop(var, first, last, body, Span(self.file, start, body.span.end))
+
+    def yield_stmt(self) -> ast.YieldStmt:
+        """YieldStmt ::= 'yield' Expr"""
+        start = self.starts[self.pos]
+        self.pos += 1
+        value = self.root_expr()
+        return ast.YieldStmt(value, Span(self.file, start, value.span.end))
 
     def while_stmt(self) -> ast.WhileStmt:
         """WhileStmt ::= 'while' Expr Body"""

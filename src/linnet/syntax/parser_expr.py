@@ -315,6 +315,8 @@ class ExprParser(ParserBase):
             result = self.if_expr()
         elif text == "match":
             result = self.match_expr()
+        elif text == "for":
+            result = self.for_loop()
         else:
             result = self.binary(1)
         self.depth -= 1
@@ -530,15 +532,21 @@ class ExprParser(ParserBase):
             value = self.expr()
             end = self.expect(")")
             return ast.SomeExpr(value, self.span(self.starts[pos], end))
-        if text == "if" or text == "match":
-            # 3.3 rule 8: not an operand. Report, then parse it to stay in step.
+        if text == "if" or text == "match" or text == "for":
+            # 3.3 rule 8 (a `for`: language-extensions rule 16): not an operand.
+            # Report, then parse it to stay in step.
+            help_ = (
+                "bind the loop first: `let ys = for ...`"
+                if text == "for"
+                else f"wrap it in parentheses: `({text} ...)`"
+            )
             self.report(
                 "E1101",
                 f"expected an operand, found keyword `{text}`",
                 self.token_span(pos),
                 f"`{text}` cannot be an operand",
                 notes=(f"`{text}` expressions are not operands of operators",),
-                help=(f"wrap it in parentheses: `({text} ...)`",),
+                help=(help_,),
             )
             return self.expr()
         if text == "self" and self.texts[pos + 1] == ".":
@@ -664,6 +672,10 @@ class ExprParser(ParserBase):
             otherwise = self.expr()
             end = self.expect("}")
         return ast.IfExpr(cond, then, otherwise, self.span(start, end))
+
+    def for_loop(self) -> ast.ForLoop:
+        """ForLoop (language-extensions 0.2); the statement parser, which reads bodies, has it."""
+        raise self.expected("an expression")
 
     def match_expr(self) -> ast.MatchExpr:
         """MatchExpr ::= 'match' Expr '{' Arm+ '}'"""

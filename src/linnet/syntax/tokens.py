@@ -26,13 +26,13 @@ class Kind(Enum):
 # Section 2.5.
 KEYWORDS: frozenset[str] = frozenset(
     """module use pub crate self super as const type struct enum fn op block entry
-    param buffer state sub let var return if else match static for in while where
+    param buffer state sub let var return if else match static for in while yield where
     true false none some extern""".split()
 )
 
 # Section 2.6: E1004 when used as any name.
 RESERVED: frozenset[str] = frozenset(
-    "async await effect unsafe macro trait impl derive rng mut ref yield kernel device".split()
+    "async await effect unsafe macro trait impl derive rng mut ref kernel device".split()
 )
 
 # Section 2.9, longest first.

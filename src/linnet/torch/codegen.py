@@ -18,8 +18,8 @@ very kernel object the interpreted runner uses, bound as a global `_k<n>`, so
 the two paths share one semantics. Constants that are not inlined as Python
 literals are globals `_c<n>` (iotas `_iota<n>`). `call` ops of known
 standard-library ops become native kernels (`linnet.torch.natives`); the
-others are inlined with a comment naming the op. `while` and `if` become
-Python loops and branches. Each intermediate is deleted after its last use
+others are inlined with a comment naming the op. `while`, `for` and `if` become
+Python loops and branches (a scan stacks its rows with `torch.stack`). Each intermediate is deleted after its last use
 (`del`), as eager code drops it, so the allocator can reuse its memory.
 `linnet.torch.standalone` writes the same source as a self-contained module
 (the globals spelled out), which `linnet torch` prints.
@@ -444,6 +444,41 @@ class _Emitter:
         self.depth -= 1
         if op.results:
             self.assign(op, ", ".join(carried))
+
+    def emit_for(self, op: Op) -> None:
+        """`for i in torch.arange(start, stop)` with the carried values as locals; each scan value's
+        rows go to a list, stacked with `torch.stack` (zero rows: `torch.empty`)."""
+        (body,) = op.regions
+        start, stop = int(str(op.attrs["start"])), int(str(op.attrs["stop"]))
+        count = len(op.operands)
+        carried = [self.name.fresh("carried") for _ in op.operands]
+        rows = [self.name.fresh("rows") for _ in op.results[count:]]
+        if carried:
+            self.line(f"{', '.join(carried)} = {', '.join(self.name(v) for v in op.operands)}")
+        for name in rows:
+            self.line(f"{name} = []")
+        index, *args = body.args
+        # the i64 index, a view per step of one arange made on the device
+        self.line(f"for {self.name(index)} in torch.arange({start}, {stop}, device=DEVICE):")
+        self.depth += 1
+        self._bind_args(args, carried)
+        self.region(body)
+        if carried:
+            self.line(
+                f"{', '.join(carried)} = {', '.join(self.name(v) for v in body.results[:count])}"
+            )
+        for name, value in zip(rows, body.results[count:], strict=True):
+            self.line(f"{name}.append({self.name(value)})")
+        self.depth -= 1
+        stacked = []
+        for name, result in zip(rows, op.results[count:], strict=True):
+            t = result.type
+            empty = f"torch.empty({_shape(t.shape)}, dtype={torch_dtype(t.dtype)}, device=DEVICE)"
+            stacked.append(f"torch.stack({name}, 0)" if stop > start else empty)
+        if op.results:
+            self.assign(op, ", ".join([*carried, *stacked]))
+        if rows:
+            self.line(f"del {', '.join(rows)}")  # the stacks are copies: free the rows
 
     def _bind_args(self, args: Sequence[Value], names: Sequence[str]) -> None:
         if args:

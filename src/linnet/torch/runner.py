@@ -8,7 +8,8 @@ cheap, it is first turned into a list of small closures over one flat value
 list (each value gets a slot), so a call costs a dictionary-free loop of
 kernel calls. The kernels are those of `linnet.torch.ops` (and, for `call`
 ops of known standard-library ops, the native kernels of
-`linnet.torch.natives`); control flow runs its regions with Python loops.
+`linnet.torch.natives`); control flow (`while`, `for`, `if`) runs its regions with
+Python loops.
 
 Values that depend only on constants and shapes (and, when allowed, weights)
 form a prologue that runs once and is cached (`linnet.torch.analysis`); the
@@ -28,6 +29,7 @@ from linnet.ir.core import Function, Op, Region, Value
 from linnet.ir.regions import clause_region, region_free_values
 from linnet.torch import clauses
 from linnet.torch.analysis import free_values, hoist, walk, weights_key
+from linnet.torch.dtypes import storage
 from linnet.torch.natives import find_native
 from linnet.torch.ops import Context, Kernel, make_kernel
 
@@ -102,6 +104,8 @@ class _Compiler:
             return []
         if op.kind == "while":
             return [(self.while_(op), op)]
+        if op.kind == "for":
+            return [(self.for_(op), op)]
         if op.kind == "if":
             return [(self.if_(op), op)]
         if op.kind == "call":
@@ -134,6 +138,45 @@ class _Compiler:
                 carried = [env[i] for i in body_out]
             for i, value in zip(outs, carried, strict=True):
                 env[i] = value
+
+        return step
+
+    def for_(self, op: Op) -> Step:
+        """A runtime `for` (language-extensions 1.5): the carried values in slots, each
+        scan value's rows collected and stacked (an empty tensor for zero rows)."""
+        (body,) = op.regions
+        start, stop = int(str(op.attrs["start"])), int(str(op.attrs["stop"]))
+        carried_count = len(op.operands)
+        init = [self.slot(v) for v in op.operands]
+        index, *body_args = [self.slot(v) for v in body.args]
+        body_steps = self.region(body)
+        body_out = [self.slot(v) for v in body.results]
+        next_carried, row_slots = body_out[:carried_count], body_out[carried_count:]
+        outs = [self.slot(v) for v in op.results]
+        empty = [(v.type.shape, storage(v.type.dtype)) for v in op.results[carried_count:]]
+        device = self.context.device
+
+        def step(env: Env) -> None:
+            carried = [env[i] for i in init]
+            rows: list[list[torch.Tensor]] = [[] for _ in row_slots]
+            for i in torch.arange(start, stop, device=device):
+                env[index] = i
+                for slot, value in zip(body_args, carried, strict=True):
+                    env[slot] = value
+                run_steps(body_steps, env)
+                carried = [env[slot] for slot in next_carried]
+                for collected, slot in zip(rows, row_slots, strict=True):
+                    collected.append(env[slot])
+            for slot, value in zip(outs, carried, strict=False):
+                env[slot] = value
+            for slot, collected, (shape, dtype) in zip(
+                outs[carried_count:], rows, empty, strict=True
+            ):
+                env[slot] = (
+                    torch.stack(collected, 0)
+                    if collected
+                    else torch.empty(shape, dtype=dtype, device=device)
+                )
 
         return step
 

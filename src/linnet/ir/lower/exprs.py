@@ -417,6 +417,12 @@ def _match(lw: Lowerer, fr: Frame, e: ast.MatchExpr) -> LV:
     raise InternalError("no `match` arm matched")
 
 
+def _scan(lw: Lowerer, fr: Frame, e: ast.ForLoop) -> LV:
+    from linnet.ir.lower.scans import lower_for
+
+    return lower_for(lw, fr, e)
+
+
 def bind_pattern(lw: Lowerer, fr: Frame, p: ast.Pattern, lv: LV) -> None:
     """Bind an irrefutable pattern (11.4) to a lowered value."""
     if isinstance(p, ast.NamePattern):
@@ -452,4 +458,5 @@ _DISPATCH: dict[type, Callable[[Lowerer, Frame, ast.Expr], LV]] = {
     ast.Reduction: _reduction,  # type: ignore[dict-item]
     ast.IfExpr: _if,  # type: ignore[dict-item]
     ast.MatchExpr: _match,  # type: ignore[dict-item]
+    ast.ForLoop: _scan,  # type: ignore[dict-item]
 }

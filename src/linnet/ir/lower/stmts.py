@@ -8,6 +8,8 @@ the current region and the body's `return` value.
 - `static for` is unrolled: over a `sub` array each copy binds the element
   block (13.1); over `a..b` each copy sees the loop variable as an `i64`
   constant (13.2).
+- a runtime `for` becomes a `for` op (language-extensions 1.5, `ir.lower.scans`),
+  its carried values found as for `while`.
 - `while` becomes a `while` op (13.3). Its carried values are the outer
   `var`s and the state members the body assigns. They are found by lowering
   the body once into a scratch region and noting which bindings changed; the
@@ -21,7 +23,7 @@ from collections.abc import Callable
 
 from linnet.check.decls import LocalInfo, MemberInfo
 from linnet.errors import InternalError
-from linnet.ir.core import Value
+from linnet.ir.core import TensorType, Value
 from linnet.ir.lower.context import Frame, Lowerer, local_value, not_supported
 from linnet.ir.lower.values import (
     LV,
@@ -133,7 +135,7 @@ def _static_for(lw: Lowerer, fr: Frame, s: ast.StaticForStmt) -> None:
 
 
 def _while(lw: Lowerer, fr: Frame, s: ast.WhileStmt) -> None:
-    locals_, paths = _carried(lw, fr, s)
+    locals_, paths = carried_by(lw, fr, s.body.stmts)
     initial = {k: fr.locals[k] for k in locals_}
     init: list[Value] = []
     for k in locals_:
@@ -174,14 +176,27 @@ def _while(lw: Lowerer, fr: Frame, s: ast.WhileStmt) -> None:
         lw.write_state(p, next(final))
 
 
-def _carried(lw: Lowerer, fr: Frame, s: ast.WhileStmt) -> tuple[list[LocalInfo], list[str]]:
-    """The outer locals and state paths the body assigns (a scratch lowering, then undone)."""
+def carried_by(
+    lw: Lowerer,
+    fr: Frame,
+    stmts: tuple[ast.Stmt, ...],
+    args: list[TensorType] | None = None,
+    enter: Callable[[], None] | None = None,
+    loop: str = "while",
+) -> tuple[list[LocalInfo], list[str]]:
+    """The outer locals and state paths a loop body assigns (a scratch lowering, then undone).
+
+    `args` and `enter` give the scratch region its arguments and bind them (a `for`
+    binds its loop variable); `loop` names the loop in messages.
+    """
     locals_before = dict(fr.locals)
     state_before = dict(lw.state_values)
     written_before = dict(lw.state_written)
-    outer = lw.push([])
+    outer = lw.push(args or [])
     try:
-        lower_stmts(lw, fr, s.body.stmts)
+        if enter is not None:
+            enter()
+        lower_stmts(lw, fr, stmts)
     finally:
         lw.pop(outer)
     changed = [k for k, v in locals_before.items() if _rebound(v, fr.locals.get(k))]
@@ -192,8 +207,14 @@ def _carried(lw: Lowerer, fr: Frame, s: ast.WhileStmt) -> tuple[list[LocalInfo],
     lw.state_written = written_before
     for k in changed:
         if is_number(locals_before[k]):
-            raise not_supported(f"a `while` that reassigns the compile-time value `{k.name}`", fr)
+            raise not_supported(f"a `{loop}` that reassigns the compile-time value `{k.name}`", fr)
     return changed, paths
+
+
+def _for(lw: Lowerer, fr: Frame, s: ast.ForLoop) -> None:
+    from linnet.ir.lower.scans import lower_for
+
+    lower_for(lw, fr, s)
 
 
 def _rebound(before: LV, after: LV | None) -> bool:
@@ -210,4 +231,5 @@ _STATEMENTS: dict[type, Callable[[Lowerer, Frame, ast.Stmt], None]] = {
     ast.AssignStmt: _assign,  # type: ignore[dict-item]
     ast.StaticForStmt: _static_for,  # type: ignore[dict-item]
     ast.WhileStmt: _while,  # type: ignore[dict-item]
+    ast.ForLoop: _for,  # type: ignore[dict-item]
 }

@@ -7,6 +7,8 @@ Stage: part of the exporter's op table.
   the body graph on the new carried values (ONNX's `cond_out`). The body's
   inputs are the iteration number, the incoming condition and the carried
   values; it may read enclosing values by name (ONNX outer-scope references).
+- a runtime `for` becomes `Loop` with a trip count and scan outputs
+  (language-extensions 1.5); a loop of no iterations is no `Loop` at all.
 - `if` becomes `If` with argument-less `then_branch` / `else_branch` graphs.
 - `call` of a named op is inlined (its region's args bound to the operands),
   unless `fused` has a kernel for the callee that the emitter allows
@@ -18,9 +20,13 @@ Stage: part of the exporter's op table.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
+
+import numpy as np
 
 from linnet.errors import InternalError
-from linnet.ir.core import Op, Region, TensorType
+from linnet.ir.core import Op, Region, TensorType, numpy_dtype
+from linnet.ir.symbolic import Dim
 from linnet.onnx.export.fused import fused_call
 from linnet.onnx.export.graph import Emitter, Rule
 
@@ -72,6 +78,41 @@ def lower_while(em: Emitter, op: Op) -> Sequence[str]:
     return em.node("Loop", ["", first_test, *init], {"body": graph}, outputs=len(carried))
 
 
+def lower_for(em: Emitter, op: Op) -> Sequence[str]:
+    """A runtime `for` (language-extensions 1.5): `Loop` with the trip count `stop - start`,
+    condition `true`, the carried values as loop-carried dependencies and each scan
+    value as a scan output (ONNX stacks those on a new axis 0). The loop variable is
+    `iteration_num + start`. With no iterations there is no `Loop`: the carried values
+    pass through and each scan value is a constant empty tensor of its static shape."""
+    (body,) = op.regions
+    # With dynamic generics the bounds may be polynomials, computed at run time.
+    start, stop = cast(Dim, em.attr(op, "start")), cast(Dim, em.attr(op, "stop"))
+    init = [em.name(v) for v in op.operands]
+    carried = list(op.operands)
+    scans = op.results[len(carried) :]
+    if isinstance(start, int) and isinstance(stop, int) and stop == start:
+        empty = [
+            em.const(np.zeros(v.type.shape, numpy_dtype(v.type.dtype)), v.type.dtype) for v in scans
+        ]
+        return [*init, *empty]
+    with em.subgraph() as scope:
+        iteration, incoming = em.fresh("i"), em.fresh("c")
+        args = [em.fresh("v") for _ in carried]
+        index = iteration
+        if not isinstance(start, int) or start:
+            index = em.node("Add", [iteration, em.dim_scalar(start)])[0]
+        results = em.inline(body, [index, *args])
+        graph = em.make_subgraph(
+            scope,
+            em.fresh("loop"),
+            [(iteration, _ITERATION), (incoming, _BOOL), *zip(args, carried, strict=True)],
+            [(incoming, _BOOL), *zip(results, body.results, strict=True)],
+        )
+    trip = em.dim_scalar(stop - start)
+    condition = em.const(np.array(True), "bool")
+    return em.node("Loop", [trip, condition, *init], {"body": graph}, outputs=len(op.results))
+
+
 def lower_if(em: Emitter, op: Op) -> Sequence[str]:
     branches = []
     types = list(op.results)
@@ -93,5 +134,6 @@ RULES: dict[str, Rule] = {
     "state": lower_source,
     "call": lower_call,
     "while": lower_while,
+    "for": lower_for,
     "if": lower_if,
 }
