@@ -1,4 +1,4 @@
-"""`linnet.train.interop.CausalLM` under transformers' `Trainer` and TRL's `SFTTrainer`.
+"""`linnet.train.interop.CausalLM` under transformers' `Trainer` and TRL's trainers.
 
 The same Linnet model (the small Llama of `family_support`) is trained twice
 from the same weights, with AdamW at a constant learning rate and gradient
@@ -11,7 +11,11 @@ every step agree within 1e-5, and so do the parameters at the end. For
 fused LM head (`base_model` and `get_output_embeddings` of the adapter).
 Both trainers divide by the labels that are not -100 before the shift, `train`
 by the positions that predict a learned token: the rows leave each first token
-unlabelled so the two counts agree.
+unlabelled so the two counts agree. `DPOTrainer` (the reference another adapter)
+against `linnet.train.dpo.dpo` on its tokenised pairs: losses and parameters.
+`GRPOTrainer`: its `_compute_loss` and gradients through the adapter on fixed
+completions against `linnet.train.grpo` (its sampling needs `generate`, which
+the adapter does not offer: `grpo` samples with the serving engine).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ def common(tmp_path: Path) -> dict[str, Any]:
         "report_to": [],
         "use_cpu": True,
         "bf16": False,
+        "gradient_checkpointing": False,  # TRL turns it on; the adapter refuses it
     }
 
 
@@ -121,7 +126,7 @@ def test_sft_trainer_equals_linnet_train(tokenizer: Any, tmp_path: Path) -> None
     model = CausalLM(linnet_twin(hf, "llama"))
     data = datasets.Dataset.from_dict({"prompt": ["ab cd", "ij", "op qr st", "yz"],
                                        "completion": [" ef gh", " kl mn", " uv wx", " ab"]})  # fmt: skip
-    args = trl.SFTConfig(**common(tmp_path), gradient_checkpointing=False)
+    args = trl.SFTConfig(**common(tmp_path))
     trainer = trl.SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
     rows = [trainer.train_dataset[i] for i in range(len(data))]
     examples = [Example(r["input_ids"], [label != -100 for label in r["labels"]]) for r in rows]
@@ -149,3 +154,63 @@ def test_logits_and_padding() -> None:
         model.gradient_checkpointing_enable()
     with pytest.raises(LinnetError, match="unsupported inputs inputs_embeds"):
         model(ids, inputs_embeds=torch.zeros(1))
+
+
+def test_dpo_trainer_equals_linnet_dpo(tokenizer: Any, tmp_path: Path) -> None:
+    from linnet.train.dpo import Pair, dpo
+
+    policy, reference = fs.hf_model("llama"), fs.hf_model("llama", seed=1)
+    model = CausalLM(linnet_twin(policy, "llama"))
+    frozen = CausalLM(linnet_twin(reference, "llama"))
+    frozen.requires_grad_(False)
+    texts = {"prompt": ["ab cd", "ef gh ij", "kl"], "chosen": [" mn op", " qr", " st uv wx"],
+             "rejected": [" yz", " ab ab cd", " ef"]}  # fmt: skip
+    settings = common(tmp_path) | {"per_device_train_batch_size": 3}
+    args = trl.DPOConfig(**settings, beta=0.1, loss_type=["sigmoid"], disable_dropout=True)
+    trainer = trl.DPOTrainer(model=model, ref_model=frozen, args=args,
+                             train_dataset=datasets.Dataset.from_dict(texts),
+                             processing_class=tokenizer)  # fmt: skip
+    rows = [trainer.train_dataset[i] for i in range(3)]
+    pairs = [Pair.of(r["prompt_ids"], r["chosen_ids"], r["rejected_ids"]) for r in rows]
+    trainer.train()
+    ours = linnet_twin(policy, "llama", batch=6)
+    optimizer = torch.optim.AdamW(ours.parameters(), lr=LR, weight_decay=0.0)
+    history = dpo(ours, pairs, optimizer=optimizer, reference=linnet_twin(reference, "llama"),
+                  batch_size=3, steps=STEPS, clip=1.0, pad_id=tokenizer.pad_token_id)  # fmt: skip
+    assert logged(trainer) == pytest.approx([s.loss for s in history], rel=1e-5)
+    assert history[-1].loss < history[0].loss
+    assert_same(ours, model)
+
+
+def test_grpo_trainer_loss_on_the_adapter(tokenizer: Any, tmp_path: Path) -> None:
+    """`GRPOTrainer`'s loss and gradients through the adapter on fixed completions equal
+    `linnet.train.grpo`'s (its sampling calls `generate`, which the adapter lacks: sample
+    with `linnet.train.grpo.grpo` and a `linnet.serve.Engine` instead)."""
+    from linnet.train.grpo import completion_log_probs, group_advantages, grpo_loss
+
+    hf = fs.hf_model("llama")
+    model = CausalLM(linnet_twin(hf, "llama"))
+    prompts = [[5, 9, 14]] * 2 + [[20, 3, 8]] * 2
+    completions = [[7, 7, 30, 2], [11, 4], [7, 25, 60], [40]]
+    args = trl.GRPOConfig(**common(tmp_path) | {"per_device_train_batch_size": 4},
+                          num_generations=2, max_completion_length=4, loss_type="grpo")  # fmt: skip
+    trainer = trl.GRPOTrainer(model=model, reward_funcs=lambda **_: [0.0], args=args,
+                              train_dataset=datasets.Dataset.from_dict({"prompt": ["ab", "cd"]}),
+                              processing_class=tokenizer)  # fmt: skip
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0]])
+    ids = torch.tensor([c + [0] * (4 - len(c)) for c in completions])
+    advantages = group_advantages(torch.tensor([1.0, 0.0, 0.5, 2.0]), 2)
+    theirs = trainer._compute_loss(trainer.model, {
+        "prompt_ids": torch.tensor(prompts), "prompt_mask": torch.ones(4, 3, dtype=torch.long),
+        "completion_ids": ids, "completion_mask": mask, "advantages": advantages})  # fmt: skip
+    theirs.backward()
+    twin = linnet_twin(hf, "llama")
+    logps, ours_mask = completion_log_probs(twin, prompts, completions)
+    ours = grpo_loss(logps, logps.detach(), advantages, ours_mask, loss_type="grpo")
+    ours.backward()
+    assert float(ours.detach()) == pytest.approx(float(theirs.detach()), rel=1e-5)
+    grads = dict(model.named_parameters())
+    for name, param in twin.named_parameters():
+        assert param.grad is not None and gap(param.grad, grads["module." + name].grad) <= 1e-5

@@ -26,7 +26,11 @@ is the model's own head tensor (`head`, `lm_head.weight` by default; GPT-2's
 is tied to `transformer.wte.weight`), so gradients reach the Linnet
 parameters. The attributes the trainers read (`config`, `generation_config`,
 `add_model_tags`) are here too. Gradient checkpointing is refused: pass
-`gradient_checkpointing=False` (TRL's `SFTConfig` turns it on by default).
+`gradient_checkpointing=False` (TRL's configs turn it on by default). There is
+no `generate`: `GRPOTrainer` computes its loss through the adapter but cannot
+sample with it; `linnet.train.grpo` samples with `linnet.serve.Engine`. A LoRA
+adapter on the head itself is not seen by the fused head (it reads the stored
+weight).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class CausalLM(nn.Module):
     """The adapter (see the module docstring); `module` holds the Linnet parameters."""
 
     main_input_name = "input_ids"
+    is_gradient_checkpointing = False
     _keys_to_ignore_on_save: list[str] | None = None
 
     def __init__(self, module: LinnetModule, *, head: str = "lm_head.weight") -> None:
