@@ -23,7 +23,6 @@ a reward the policy can reach goes up.
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +33,7 @@ trl = pytest.importorskip("trl")
 datasets = pytest.importorskip("datasets")
 
 import family_support as fs  # noqa: E402
-import transformers  # noqa: E402
-from lora_cases import gap, linnet_twin, randomise  # noqa: E402
+from lora_cases import gap, hf_tokenizer, linnet_twin, randomise  # noqa: E402
 
 import linnet.torch as lt  # noqa: E402
 from linnet.errors import LinnetError  # noqa: E402
@@ -60,10 +58,7 @@ WIDTH = 4  # the longest completion: TRL's max_completion_length for dr_grpo
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    folder = tmp_path_factory.mktemp("tokenizer")
-    fs.save_tokenizer(folder)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return transformers.AutoTokenizer.from_pretrained(folder)
+    return hf_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 def trl_trainer(policy: Any, tokenizer: Any, tmp_path: Path, **config: Any) -> Any:

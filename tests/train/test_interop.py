@@ -20,7 +20,6 @@ the adapter does not offer: `grpo` samples with the serving engine).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ trl = pytest.importorskip("trl")
 datasets = pytest.importorskip("datasets")
 
 import family_support as fs  # noqa: E402
-from lora_cases import gap, linnet_twin  # noqa: E402
+from lora_cases import gap, hf_tokenizer, linnet_twin  # noqa: E402
 
 from linnet.errors import LinnetError  # noqa: E402
 from linnet.train import Example, pack, train  # noqa: E402
@@ -45,10 +44,7 @@ LR = 1e-2
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    folder = tmp_path_factory.mktemp("tokenizer")
-    fs.save_tokenizer(folder)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    found = transformers.AutoTokenizer.from_pretrained(folder)
+    found = hf_tokenizer(tmp_path_factory.mktemp("tokenizer"))
     found.pad_token = found.eos_token
     return found
 
@@ -138,9 +134,11 @@ def test_sft_trainer_equals_linnet_train(tokenizer: Any, tmp_path: Path) -> None
     assert_same(ours, model)
 
 
-def test_logits_and_padding() -> None:
-    hf = fs.hf_model("llama")
-    model = CausalLM(linnet_twin(hf, "llama"))
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_logits_and_padding(family: str) -> None:
+    hf = fs.hf_model(family)
+    head = "transformer.wte.weight" if family == "gpt2" else "lm_head.weight"  # GPT-2's is tied
+    model = CausalLM(linnet_twin(hf, family), head=head)
     ids = torch.tensor([[5, 9, 14, 3], [0, 0, 20, 3]])
     mask = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
     with torch.no_grad():
@@ -154,6 +152,8 @@ def test_logits_and_padding() -> None:
         model.gradient_checkpointing_enable()
     with pytest.raises(LinnetError, match="unsupported inputs inputs_embeds"):
         model(ids, inputs_embeds=torch.zeros(1))
+    with pytest.raises(LinnetError, match=r"no tensor at `lm_head\.bias`"):
+        CausalLM(linnet_twin(hf, family), head="lm_head.bias")
 
 
 def test_dpo_trainer_equals_linnet_dpo(tokenizer: Any, tmp_path: Path) -> None:
