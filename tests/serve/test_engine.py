@@ -5,7 +5,8 @@ more requests than cache rows (so rows are freed and reused mid-run), on
 `linnet.torch` and ONNX Runtime. Seeded sampling gives the same tokens alone, in
 a batch and on both backends; the log-probabilities are transformers'
 log-softmax; stop sequences are never released; cancelling frees a row without
-disturbing the others; `load_weights` swaps the weights in place.
+disturbing the others; `load_weights` swaps the weights in place, and
+`copy_weights` copies torch tensors by path.
 """
 
 from __future__ import annotations
@@ -187,6 +188,27 @@ def test_load_weights_copies_new_weights_in_place(
     assert [c.tokens for c in after] != [c.tokens for c in before]
     with pytest.raises(LinnetError):
         engine.load_weights({"lm_head.weight": np.zeros((3, 3), np.float32)})
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
+def test_copy_weights_takes_tensors_by_path(llama: decoder_cases.Decoder, backend: str) -> None:
+    """Torch tensors (how a trainer hands over its parameters) or arrays, no binding."""
+    other = decoder_cases.llama(seed=1)
+    # copies: ONNX Runtime on the CPU binds the arrays it is given and writes into them
+    own = {k: v.copy() for k, v in llama.weights.items()}
+    engine = (torch_engine if backend == "torch" else onnx_engine)(llama, weights=own)
+    prompts = decoder_cases.prompts(llama.vocab, [5, 8], seed=12)
+    greedy = [Request(p, max_new_tokens=8, temperature=0) for p in prompts]
+    engine.copy_weights({k: torch.from_numpy(v.copy()) for k, v in other.weights.items()})
+    after, _ = engine.run(greedy)
+    assert [c.tokens for c in after] == [other.generate(p, 8) for p in prompts]
+    engine.copy_weights(llama.weights)
+    again, _ = engine.run(greedy)
+    assert [c.tokens for c in again] == [llama.generate(p, 8) for p in prompts]
+    with pytest.raises(LinnetError, match=r"`lm_head\.weight` has shape"):
+        engine.copy_weights({"lm_head.weight": torch.zeros(3, 3)})
+    with pytest.raises(LinnetError, match=r"no (bound )?weight at `nowhere`"):
+        engine.copy_weights({"nowhere": torch.zeros(3)})
 
 
 def test_warmup_reset_and_bad_requests(llama: decoder_cases.Decoder) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import family_support as fs
@@ -90,3 +91,15 @@ def gap(actual: torch.Tensor, expected: torch.Tensor) -> float:
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
     scale = float(expected.abs().max()) or 1.0
     return float((actual.detach() - expected.detach()).abs().max()) / scale
+
+
+def hf_tokenizer(folder: Path) -> Any:
+    """The small BPE tokenizer of `family_support`, saved in `folder` and read back by
+    transformers offline (what the TRL trainers take as `processing_class`)."""
+    import os
+
+    import transformers
+
+    fs.save_tokenizer(folder)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return transformers.AutoTokenizer.from_pretrained(folder)

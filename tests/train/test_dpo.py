@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,7 @@ datasets = pytest.importorskip("datasets")
 peft = pytest.importorskip("peft")
 
 import family_support as fs  # noqa: E402
-import transformers  # noqa: E402
-from lora_cases import gap, linnet_twin, peft_twin, randomise  # noqa: E402
+from lora_cases import gap, hf_tokenizer, linnet_twin, peft_twin, randomise  # noqa: E402
 
 from linnet.errors import LinnetError  # noqa: E402
 from linnet.train import add_lora  # noqa: E402
@@ -48,10 +46,7 @@ BETA = 0.1
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    folder = tmp_path_factory.mktemp("tokenizer")
-    fs.save_tokenizer(folder)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return transformers.AutoTokenizer.from_pretrained(folder)
+    return hf_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 def trl_step(policy: Any, reference: Any, tokenizer: Any, tmp_path: Path) -> dict[str, Any]:

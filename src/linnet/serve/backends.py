@@ -51,6 +51,7 @@ class Decoder(Protocol):
     ) -> list[tuple[int, TokenLogprob | None]]: ...
     def reset(self) -> None: ...
     def load_weights(self, weights: Any, bindings: Any = None) -> None: ...
+    def copy_weights(self, tensors: Mapping[str, Any]) -> None: ...
 
 
 def batching_shape(model: BoundModel, rows: int | None, max_seq: int | None) -> tuple[int, int]:
@@ -139,6 +140,33 @@ class TorchDecoder:
                 target = self.module.tensor(path)
                 target.copy_(to_torch(array, model.tensors[path].type.dtype, target.device))
 
+    def copy_weights(self, tensors: Mapping[str, Any]) -> None:
+        """Copy torch tensors (any device and float dtype) or arrays into the weights at
+        their Linnet paths, in place: no binding, no file, no trip through the host for
+        tensors already on a device (how `linnet.train.grpo` refreshes the sampler)."""
+        torch = self.torch
+        model = self.module.linnet_model
+        targets = {}
+        for path, value in tensors.items():
+            t = model.tensors.get(path)
+            if (
+                t is None
+                or t.kind not in ("param", "buffer")
+                or path not in self.module.present_paths
+            ):
+                raise LinnetError(f"copy_weights: the model has no weight at `{path}`")
+            source = (
+                value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))
+            )
+            if tuple(source.shape) != tuple(t.type.shape):
+                raise LinnetError(
+                    f"copy_weights: `{path}` has shape {list(t.type.shape)}, got {list(source.shape)}"
+                )
+            targets[path] = source
+        with torch.no_grad():
+            for path, source in targets.items():
+                self.module.tensor(path).copy_(source.detach())
+
 
 class OnnxDecoder:
     """A `linnet.onnx.load_model` model; logits come back to the host."""
@@ -176,3 +204,17 @@ class OnnxDecoder:
 
         arrays: Mapping[str, Array] = bind_weights(self.model.model, weights, bindings=bindings)
         self.model.update_weights(arrays)
+
+    def copy_weights(self, tensors: Mapping[str, Any]) -> None:
+        """Copy arrays or torch tensors by Linnet path into the bound weights (on the host)."""
+        self.model.update_weights({path: _host(value) for path, value in tensors.items()})
+
+
+def _host(value: Any) -> Array:
+    """A NumPy array of `value` (a torch tensor is detached and brought to the host)."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":
+            value = value.float()  # NumPy has no bfloat16; update_weights converts back
+        return np.asarray(value.numpy())
+    return np.asarray(value)

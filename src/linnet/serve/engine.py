@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,6 +225,13 @@ class Engine:
         name) into the model's tensors in place; every request sees them from the next
         step on. The cache is kept: call `reset` too for a clean start."""
         self.decoder.load_weights(weights, bindings)
+
+    def copy_weights(self, tensors: Mapping[str, Any]) -> None:
+        """Copy tensors by Linnet path (torch tensors on any device, or arrays, already in
+        the model's layout: no bindings, no file) into the model's weights in place; every
+        request sees them from the next step on. How a trainer hands its updated
+        parameters to the sampler (`linnet.train.grpo`)."""
+        self.decoder.copy_weights(tensors)
 
     # -- scheduling ------------------------------------------------------------------------
 

@@ -11,8 +11,9 @@
 - `packed_loss`, `packed_log_probs`, `packed_hidden`: a model's training entries
   (`loss_packed`, `log_probs_packed`, `hidden_packed`) on one batch.
 - LoRA adapters (`add_lora`, `merge_lora`, `linnet.train.lora`), their PEFT files
-  (`save_lora`, `load_lora`, `linnet.train.peft`) and preference training
-  (`linnet.train.dpo`).
+  (`save_lora`, `load_lora`, `linnet.train.peft`), preference training
+  (`linnet.train.dpo`) and GRPO sampling with `linnet.serve.Engine`
+  (`linnet.train.grpo`).
 
 The model is a `linnet.torch.load(..., trainable=True)` module of a decoder whose
 root declares the `*_packed` entries (the Llama and GPT-2 examples do).
