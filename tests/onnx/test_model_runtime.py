@@ -111,6 +111,28 @@ def test_weights_are_shared_not_copied(mlp: linnet.onnx.OnnxModel) -> None:
     assert bound == {"forward": {"w1", "b1", "w2"}, "both": {"w1", "b1", "w2"}}
 
 
+def test_update_weights_never_writes_into_the_callers_arrays() -> None:
+    """The CPU weights alias the caller's arrays; an update binds a private copy first,
+    then overwrites that copy in place (same buffer across later updates)."""
+    arrays = mlp_weights()
+    kept = {path: array.copy() for path, array in arrays.items()}
+    model = load_model(MLP, generics=GENERICS, weights=arrays)
+    x = np.random.default_rng(4).standard_normal((2, 6)).astype(np.float32)
+    model.run_entry("forward", [x])
+    fresh = mlp_weights(seed=7)
+    model.update_weights({"w1": fresh["w1"]})
+    for path, array in arrays.items():
+        np.testing.assert_array_equal(array, kept[path])
+    expected = load_model(MLP, generics=GENERICS, weights={**kept, "w1": fresh["w1"]})
+    close(model.run_entry("forward", [x]), expected.run_entry("forward", [x]))
+    address = model.weights["w1"].data_ptr()
+    model.update_weights({"w1": fresh["w1"] * 2.0})
+    assert model.weights["w1"].data_ptr() == address
+    np.testing.assert_array_equal(arrays["w1"], kept["w1"])
+    doubled = load_model(MLP, generics=GENERICS, weights={**kept, "w1": fresh["w1"] * 2.0})
+    close(model.run_entry("forward", [x]), doubled.run_entry("forward", [x]))
+
+
 def test_place_and_keep_on_device(mlp: linnet.onnx.OnnxModel) -> None:
     x = np.random.default_rng(3).standard_normal((2, 6))  # f64: place converts
     placed = mlp.place(x, "f32")

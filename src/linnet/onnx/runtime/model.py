@@ -199,6 +199,9 @@ class OnnxModel:
         self.present = frozenset(arrays)
         self.kinds = {path: t.kind for path, t in model.tensors.items()}
         self.weights: dict[str, ort.OrtValue] = {}
+        # Paths whose CPU buffer is our own copy (made by `update_weights`): only those
+        # are overwritten in place; the others still alias the caller's arrays.
+        self._own_buffers: set[str] = set()
         for kind in ("param", "buffer"):
             for path, t in model.live_tensors(self.present, kind).items():
                 if path in arrays:
@@ -246,9 +249,10 @@ class OnnxModel:
         """Copy new values into the bound weights by path, every session seeing them at once.
 
         Each array must have the weight's shape; it is converted to its dtype. A
-        weight on a device, or in writable host memory, is overwritten in place; one
-        memory-mapped read-only from SafeTensors gets a private copy, bound into
-        every session made so far (and those made later).
+        weight on a device is overwritten in place. On the CPU the bound weights are the
+        caller's own arrays (no copy at load), which an update must never write into:
+        the first update of a path binds a private copy into every session made so far
+        (and those made later), and later updates overwrite that copy in place.
         """
         for path, array in arrays.items():
             value = self.weights.get(path)
@@ -265,11 +269,12 @@ class OnnxModel:
                 value.update_inplace(host)
                 continue
             backing = getattr(value, "_numpy_obj", None)
-            if isinstance(backing, np.ndarray) and backing.flags.writeable:
+            if path in self._own_buffers and isinstance(backing, np.ndarray):
                 np.copyto(backing, host.view(backing.dtype))
                 continue
             fresh = ortvalue(host.copy(), t.type.dtype, self.device)
             self.weights[path] = fresh
+            self._own_buffers.add(path)
             for session in self.sessions:  # the dynamic ones too
                 session.rebind_weight(path, fresh)
 
