@@ -43,6 +43,7 @@ from linnet.records import field, record
 from linnet.syntax import ast
 
 if TYPE_CHECKING:
+    from linnet.check.kernel_info import KernelBinding
     from linnet.check.modules import ModuleGraph
 
 
@@ -175,6 +176,9 @@ class CheckedProgram:
     static_fors: dict[ast.StaticForStmt, StaticForInfo] = field(default_factory=dict)
     functions: dict[ast.FnDecl, FnInfo] = field(default_factory=dict)
     blocks: dict[ast.BlockDecl, BlockInfo] = field(default_factory=dict)
+    # ops referring to a kernel (language-extensions 4.4): the kernel and its generics
+    # in the op's terms, for references that passed KB1-KB5
+    kernel_refs: dict[ast.FnDecl, KernelBinding] = field(default_factory=dict)
     _manifests: dict[str, list[BlockManifest]] = field(default_factory=dict)
     _footprints: dict[FnInfo, StateFootprint] = field(default_factory=dict)
 

@@ -15,6 +15,7 @@ from linnet.check.context import Context
 from linnet.check.decls import ConstInfo, FnInfo, LocalInfo, MemberInfo, UnresolvedImport
 from linnet.check.dims import Dim
 from linnet.check.exprs import BodyChecker
+from linnet.check.kernels import check_write
 from linnet.check.members import block_path
 from linnet.check.patterns import bind_pattern
 from linnet.check.program import StaticForInfo
@@ -166,6 +167,11 @@ def _cannot_assign(chk: BodyChecker, s: ast.AssignStmt, decl: object) -> None:
 
 def check_return(chk: BodyChecker, s: ast.ReturnStmt) -> None:
     fn = chk.fn
+    if chk.kernel is not None:
+        from linnet.check.kernels import check_kernel_return
+
+        check_kernel_return(chk, s)
+        return
     if chk.loop_depth > 0:
         chk.ctx.error(
             "E2120",
@@ -280,4 +286,5 @@ _STATEMENTS: dict[type, Callable[[BodyChecker, ast.Stmt], None]] = {
     ast.StaticForStmt: check_static_for,  # type: ignore[dict-item]
     ast.WhileStmt: check_while,  # type: ignore[dict-item]
     ast.ComprehensionStmt: check_comprehension,  # type: ignore[dict-item]
+    ast.WriteStmt: check_write,  # type: ignore[dict-item]
 }

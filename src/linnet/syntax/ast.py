@@ -418,7 +418,36 @@ class WhileStmt:
     span: Span
 
 
-Stmt = LetStmt | ComprehensionStmt | VarStmt | AssignStmt | ReturnStmt | StaticForStmt | WhileStmt
+WriteWord = Literal["store", "atomic_add", "atomic_max", "atomic_min"]
+
+
+@node
+class WriteStmt:
+    """`store(y[i], v, mask)` / `atomic_add(...)`: a kernel's write (language-extensions 4.1).
+
+    `target` is the memory access (`y[i, j]`, checked by `check.kernels`), `mask`
+    is None when omitted.
+    """
+
+    word: WriteWord
+    word_span: Span
+    target: Expr
+    value: Expr
+    mask: Expr | None
+    trailing_comma: bool
+    span: Span
+
+
+Stmt = (
+    LetStmt
+    | ComprehensionStmt
+    | VarStmt
+    | AssignStmt
+    | ReturnStmt
+    | StaticForStmt
+    | WhileStmt
+    | WriteStmt
+)
 
 
 # ---------------------------------------------------------------- declarations
@@ -473,6 +502,15 @@ FnKind = Literal["fn", "op", "entry"]
 
 
 @node
+class KernelRef:
+    """`kernel name<args>` after an op's result type (language-extensions 4.4)."""
+
+    name: Ident
+    args: tuple[GenArg, ...] | None
+    span: Span
+
+
+@node
 class FnDecl:
     pub: bool
     kind: FnKind
@@ -480,6 +518,50 @@ class FnDecl:
     generics: Generics | None
     params: Params
     result: Type | None
+    where: Where | None
+    body: Body
+    span: Span
+    kernel: KernelRef | None = None  # only on an `op` (language-extensions 4.4)
+
+
+@node
+class KernelOut:
+    """One named result of a kernel: `out: Tensor[N; f32]`."""
+
+    name: Ident
+    type: Type
+    span: Span
+
+
+@node
+class KernelHint:
+    """`warps(n)` or `stages(n)` in a kernel header."""
+
+    word: Literal["warps", "stages"]
+    word_span: Span
+    value: Expr
+    span: Span
+
+
+@node
+class KernelDecl:
+    """A tile kernel (language-extensions 4.1): named results, a launch grid, hints.
+
+    `results_paren` tells `-> (a: T)` from `-> a: T`; `hints` keep source order
+    (the formatter prints `warps` before `stages`).
+    """
+
+    pub: bool
+    name: Ident
+    generics: Generics | None
+    params: Params
+    results: tuple[KernelOut, ...]
+    results_paren: bool
+    results_trailing_comma: bool
+    grid: tuple[Expr, ...]
+    grid_trailing_comma: bool
+    grid_span: Span
+    hints: tuple[KernelHint, ...]
     where: Where | None
     body: Body
     span: Span
@@ -554,7 +636,7 @@ class BlockDecl:
     span: Span
 
 
-Item = ConstDecl | AliasDecl | StructDecl | EnumDecl | FnDecl | BlockDecl
+Item = ConstDecl | AliasDecl | StructDecl | EnumDecl | FnDecl | BlockDecl | KernelDecl
 
 
 @node
@@ -623,7 +705,7 @@ def same_tree(a: object, b: object) -> bool:
         return True
     if is_node(a):
         for name in node_fields(a):
-            if name == "trailing_comma":
+            if name.endswith("trailing_comma"):
                 continue
             if not same_tree(getattr(a, name), getattr(b, name)):
                 return False
