@@ -59,6 +59,8 @@ CODES: dict[str, str] = {
     "E2121": "invalid static for",
     "E2122": "cyclic definition",
     "E2123": "not compile-time",
+    "E2126": "kernel reference or call",
+    "E2127": "kernel rule violation",
     "E2190": "not implemented",
     "E2201": "incompatible index extents",
     "E2202": "shape mismatch",

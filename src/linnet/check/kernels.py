@@ -288,6 +288,43 @@ def memory_misused(chk: BodyChecker, e: ast.Name, local: LocalInfo) -> Type:
     return ERROR
 
 
+def tile_access_ok(chk: BodyChecker, e: ast.Index) -> bool:
+    """B15: a tile is indexed only by index variables, in index notation; else E2127."""
+    index_vars = chk.index_vars
+    if index_vars is not None and all(
+        isinstance(c, ast.Name) and c.ident.name in index_vars for c in e.components
+    ):
+        return True
+    for c in e.components:
+        if not isinstance(c, (ast.Slice, ast.EllipsisComponent, ast.PackIndex)):
+            chk.expr(c) if not (
+                isinstance(c, ast.Name) and index_vars and c.ident.name in index_vars
+            ) else None
+    chk.ctx.error(
+        "E2127",
+        "no slicing or gathering on tiles",
+        e.span,
+        "tile indexed by position",
+        notes=("inside a kernel a tile is indexed only by index variables (`t[i, j]`)",),
+        help=("load those positions from memory",),
+    )
+    return False
+
+
+def concat_in_kernel(chk: BodyChecker, call: ast.Call) -> Type:
+    """B15: `concat` has no tile form."""
+    chk.ctx.error(
+        "E2127",
+        "no slicing or gathering on tiles",
+        call.span,
+        "`concat` in a kernel",
+        help=("load the parts into one tile from memory",),
+    )
+    for arg in call.args:
+        chk.expr(arg.value)
+    return ERROR
+
+
 # ---------------------------------------------------------------- built-ins
 
 
@@ -346,7 +383,8 @@ def _load(chk: BodyChecker, call: ast.Call, expected: Type | None) -> Type:
     if not 1 <= len(args) <= 3 or any(a.name is not None for a in args):
         chk.ctx.error("E2102", _LOAD_FORMS, call.span, "wrong arguments to `load`")
         for arg in args:
-            chk.expr(arg.value)
+            if not _names_memory(chk, arg.value):  # one mistake, one error
+                chk.expr(arg.value)
         return ERROR
     access = memory_access(chk, args[0].value, "memory")
     for arg in args[1:]:
@@ -367,6 +405,13 @@ def _load(chk: BodyChecker, call: ast.Call, expected: Type | None) -> Type:
     result: Type = TensorType(shape, dtype) if shape else scalar(dtype)
     chk.types[args[0].value] = result
     return result
+
+
+def _names_memory(chk: BodyChecker, node: ast.Expr) -> bool:
+    if not isinstance(node, ast.Index) or not isinstance(node.target, ast.Name):
+        return False
+    decl = chk.scope.lookup(node.target.ident.name)
+    return isinstance(decl, LocalInfo) and decl.kind in MEMORY_KINDS
 
 
 def memory_access(

@@ -547,8 +547,8 @@ class KernelHint:
 class KernelDecl:
     """A tile kernel (language-extensions 4.1): named results, a launch grid, hints.
 
-    `results_paren` tells `-> (a: T)` from `-> a: T`; `hints` keep source order
-    (the formatter prints `warps` before `stages`).
+    `results_paren` tells `-> (a: T)` from `-> a: T`; `hints` are in canonical
+    order, `warps` before `stages` (repeats keep their source order).
     """
 
     pub: bool

@@ -265,9 +265,9 @@ class _FilePrinter(ExprPrinter):
             parts.append(self._kernel_out(k.results[0]))
         parts.extend((" ", self.tok("grid")))
         parts.append(self.bracketed("(", ")", k.grid, self.expr, expanded=k.grid_trailing_comma))
-        hints = k.hints
-        if not self.c.active:
-            hints = tuple(sorted(hints, key=lambda h: h.word != "warps"))
+        hints = k.hints  # `warps` first (the parser's order)
+        if self.c.active:
+            hints = tuple(sorted(hints, key=lambda h: h.span.start))
         for hint in hints:
             parts.extend((" ", self.tok(hint.word), self.tok("("), self.expr(hint.value)))
             parts.append(self.tok(")"))

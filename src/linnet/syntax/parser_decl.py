@@ -828,7 +828,7 @@ class DeclParser(ExprParser):
             tuple(grid),
             grid_trailing,
             grid_span,
-            tuple(hints),
+            tuple(sorted(hints, key=lambda h: h.word != "warps")),  # canonical order (4.1)
             where,
             body,
             Span(self.file, start, body.span.end),
