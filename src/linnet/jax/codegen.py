@@ -317,6 +317,8 @@ class _Emitter:
             self.line(call)
 
     def emit_call(self, op: Op) -> None:
+        if "kernel_instance" in op.attrs and self.emit_kernel(op):
+            return
         (body,) = op.regions
         self.line(f"# {op.attrs['callee']}")
         # Region values are SSA: arguments and results alias the caller's names.
@@ -328,6 +330,18 @@ class _Emitter:
                 self.line(f"{self.name(result)} = {self.name(value)}")
             else:
                 self.name.names[result] = self.name(value)
+
+    def emit_kernel(self, op: Op) -> bool:
+        """An op naming a kernel, launched through Pallas when it can be (`linnet.jax.pallas`)."""
+        from linnet.jax.pallas import pallas_launcher
+
+        launcher = pallas_launcher(op)
+        if launcher is None:
+            return False
+        name = f"_kernel{len(self.globals)}"
+        self.globals[name] = launcher
+        self.assign(op, f"{name}({', '.join(self.args(op))})", str(op.attrs["callee"]))
+        return True
 
 
 def generate(fn: Function) -> Generated:
