@@ -64,3 +64,11 @@ def test_failed_where_runs_the_body(records: dict[str, dict[str, Any]]) -> None:
     assert "where" in r["explain"] and "C=100" in r["explain"]
     assert r["launches"] == {"interpreted": 0, "generated": 0, "exact": 0}
     assert max(r["diff"].values()) <= 1e-6
+
+
+@pytest.mark.parametrize("case", ["matmul gradient", "softmax gradient"])
+def test_gradient_is_the_bodys(records: dict[str, dict[str, Any]], case: str) -> None:
+    # the kernel runs forward; backward differentiates the op's body (4.5 "Gradients")
+    r = records[case]
+    assert r["launches"] == 1
+    assert r["diff"] <= 1e-5 * max(r["scale"], 1.0)

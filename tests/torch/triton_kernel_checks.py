@@ -92,7 +92,45 @@ def main() -> None:
                 "diff": out,
             }
         )
+    records.extend(_gradients(program, module, rng))
     json.dump(records, sys.stdout)
+
+
+def _gradients(program: object, module: str, rng: np.random.Generator) -> list[dict[str, object]]:
+    """Under autograd the kernel runs forward and the body's derivative backward (4.5)."""
+    import torch
+
+    from linnet.ir.core import TensorType
+    from linnet.ir.lower import lower_function
+    from linnet.ir.passes import optimize
+    from linnet.torch import triton_kernels
+    from linnet.torch.runner import Runner
+
+    out: list[dict[str, object]] = []
+    cases = {
+        "matmul gradient": ("product", [(37, 45), (45, 21)], lambda a, b: a @ b),
+        "softmax gradient": ("row_softmax", [(5, 50)], lambda x: torch.softmax(x, -1)),
+    }
+    for label, (entry, shapes, reference) in cases.items():
+        arrays = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+        fn = optimize(
+            lower_function(program, module, entry, [TensorType(s, "f32") for s in shapes])  # type: ignore[arg-type]
+        )
+        mine = [torch.tensor(a, requires_grad=True) for a in arrays]
+        theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+        weight = torch.from_numpy(rng.standard_normal(reference(*theirs).shape, dtype=np.float32))
+        before = sum(triton_kernels.LAUNCHES.values())
+        (y,), _ = Runner(fn, torch.device("cpu"), hoist_weights=True)({}, {}, mine)
+        launched = sum(triton_kernels.LAUNCHES.values()) - before
+        (y * weight).sum().backward()
+        (reference(*theirs) * weight).sum().backward()
+        diff = max(
+            float((m.grad - t.grad).abs().max())  # type: ignore[operator]
+            for m, t in zip(mine, theirs, strict=True)
+        )
+        scale = max(float(t.grad.abs().max()) for t in theirs)  # type: ignore[union-attr]
+        out.append({"case": label, "launches": launched, "diff": diff, "scale": scale})
+    return out
 
 
 if __name__ == "__main__":

@@ -27,6 +27,10 @@ CPU-only machine). Reductions are `jnp.sum`/`max`/`min`/`prod`/`any`/`all`,
 contractions `jnp.dot(..., preferred_element_type=f32, precision=HIGHEST)`,
 integer `/` and `%` truncate, `while` is `lax.while_loop` over the variables
 its body assigns.
+
+Under `jax.grad` / `jax.vjp` the launch is a `jax.custom_vjp` whose backward
+rule is `jax.vjp` of the op's body (4.5 "Gradients"): the kernel computes the
+value, the body's derivative the gradient.
 """
 
 from __future__ import annotations
@@ -104,7 +108,7 @@ def pallas_launcher(op: Op) -> Callable[..., Any] | None:
         i for i, r in enumerate(instance.kernel.results) if words.get(r.name, "store") != "store"
     ]
 
-    def launch(*operands: Any) -> Any:
+    def kernel_call(*operands: Any) -> Any:
         from jax.experimental import pallas as pl
 
         inputs = [
@@ -130,7 +134,39 @@ def pallas_launcher(op: Op) -> Callable[..., Any] | None:
         LAUNCHES[instance.key] += 1
         return jnp.reshape(outs[0], instance.results[0].shape)
 
+    body = _body_function(op)
+
+    @jax.custom_vjp
+    def launch(*operands: Any) -> Any:
+        return kernel_call(*operands)
+
+    def forward(*operands: Any) -> tuple[Any, tuple[Any, ...]]:
+        return kernel_call(*operands), operands
+
+    def backward(saved: tuple[Any, ...], grad: Any) -> tuple[Any, ...]:
+        _, vjp = jax.vjp(body, *saved)
+        cotangents: tuple[Any, ...] = vjp(grad)
+        return cotangents
+
+    launch.defvjp(forward, backward)
     return launch
+
+
+def _body_function(op: Op) -> Callable[..., Any]:
+    """The op's body (its `call` region) as generated JAX, a function of the operands."""
+    from linnet.ir.core import Function
+    from linnet.jax.codegen import generate
+
+    (region,) = op.regions
+    inputs = tuple((f"operand{i}", v) for i, v in enumerate(region.args))
+    fn = Function(f"{op.attrs['callee']}.body", inputs, region, tuple(region.results), {})
+    entry = generate(fn).entry
+
+    def run(*operands: Any) -> Any:
+        results, _ = entry({}, {}, *operands)
+        return results[0]
+
+    return run
 
 
 def _identity(word: str, dtype: str, size: int) -> np.ndarray[Any, Any]:

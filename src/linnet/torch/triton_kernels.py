@@ -16,7 +16,10 @@ launch condition of 4.5 holds:
 - the op has one result (a `Native` replaces one value).
 
 Otherwise the op's body runs. `explain(op, context)` says which condition
-failed. Generated modules are written to files (Triton's JIT reads the
+failed. Under autograd (grad mode on, an operand requiring a gradient) the
+launch is a `torch.autograd.Function` whose backward pass is the derivative of
+the op's body (4.5 "Gradients"): the body is re-run from the saved inputs under
+`torch.enable_grad()` and differentiated with `torch.autograd.grad`. Generated modules are written to files (Triton's JIT reads the
 source of its functions) in one temporary folder per process and imported
 from there; each instantiation is generated and imported once.
 """
@@ -28,7 +31,7 @@ import os
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -45,7 +48,7 @@ from linnet.torch.ops import Context
 _MODULES: dict[str, ModuleType] = {}
 # Launches per instantiation key in this process (what `explain` and the tests read).
 LAUNCHES: Counter[str] = Counter()
-_INSTANCES: dict[str, KernelInstance] = {}
+_LAUNCHERS: dict[str, Callable[..., torch.Tensor]] = {}
 _FOLDER: list[Path] = []
 
 
@@ -87,11 +90,18 @@ def kernel_native(op: Op, context: Context) -> Any:
     assert isinstance(instance, KernelInstance)
     from linnet.torch.natives import Native
 
-    key = instance.key
-    _INSTANCES[key] = instance
+    key = f"{op.attrs['callee']}|{instance.key}|{len(_LAUNCHERS)}"
+    body = _body_runner(op, context.device)
 
     def run(*operands: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and any(o.requires_grad for o in operands):
+            result: torch.Tensor = _KernelWithBodyGradient.apply(  # type: ignore[no-untyped-call]
+                instance, body, *operands
+            )
+            return result
         return launch(instance, operands)
+
+    _LAUNCHERS[key] = run
 
     def source(names: Sequence[str]) -> str:
         return f"natives.kernel_launcher({key!r})({', '.join(names)})"
@@ -99,14 +109,55 @@ def kernel_native(op: Op, context: Context) -> Any:
     return Native(instance.name, run, source)
 
 
-def launcher(key: str) -> Any:
+def launcher(key: str) -> Callable[..., torch.Tensor]:
     """The launch function of a registered instantiation (used by generated code)."""
-    instance = _INSTANCES[key]
+    return _LAUNCHERS[key]
 
-    def run(*operands: torch.Tensor) -> torch.Tensor:
-        return launch(instance, operands)
+
+def _body_runner(op: Op, device: torch.device) -> Callable[..., list[torch.Tensor]]:
+    """The op's body (its `call` region) as a function of the operands, natives off."""
+    from linnet.ir.core import Function
+    from linnet.torch.runner import Runner
+
+    (region,) = op.regions
+    inputs = tuple((f"operand{i}", v) for i, v in enumerate(region.args))
+    fn = Function(f"{op.attrs['callee']}.body", inputs, region, tuple(region.results), {})
+    runner = Runner(fn, device, hoist_weights=False, natives=False)
+
+    def run(*operands: torch.Tensor) -> list[torch.Tensor]:
+        results, _ = runner({}, {}, operands)
+        return results
 
     return run
+
+
+class _KernelWithBodyGradient(torch.autograd.Function):
+    """The kernel forward, the body's derivative backward (4.5 "Gradients")."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        instance: KernelInstance,
+        body: Callable[..., list[torch.Tensor]],
+        *operands: torch.Tensor,
+    ) -> torch.Tensor:
+        ctx.body = body
+        ctx.save_for_backward(*operands)
+        return launch(instance, operands)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        operands = ctx.saved_tensors
+        with torch.enable_grad():
+            inputs = [
+                o.detach().requires_grad_(o.is_floating_point() and need)
+                for o, need in zip(operands, ctx.needs_input_grad[2:], strict=True)
+            ]
+            (result,) = ctx.body(*inputs)
+            wanted = [x for x in inputs if x.requires_grad]
+            grads = iter(torch.autograd.grad(result, wanted, grad, allow_unused=True))
+        out = [next(grads) if x.requires_grad else None for x in inputs]
+        return (None, None, *out)
 
 
 def compiled(instance: KernelInstance) -> ModuleType:
