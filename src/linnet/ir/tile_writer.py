@@ -19,9 +19,9 @@ How the body maps (4.6's table):
   broadcasts, a reduction broadcasts its body to the full domain and reduces
   the new axes. `sum[k] a[i, k] * b[k, j]` over 2-D `f32` tiles of at least
   16 is a matrix product (`tl.dot` / `jnp.dot`);
-- `let`, `var`, assignment, comprehensions, writes and `while`; `static for`,
-  `if`, calls of user functions, tuples and module constants have no tile
-  form here: `Unsupported`, and the op's body runs (4.5).
+- `let`, `var`, assignment, comprehensions, writes, `while` and `static for`
+  over a range (unrolled); `if`, calls of user functions, tuples and module
+  constants have no tile form here: `Unsupported`, and the op's body runs (4.5).
 """
 
 from __future__ import annotations
@@ -112,6 +112,8 @@ class TileWriter(ABC):
             self.while_stmt(s)
         elif isinstance(s, ast.WriteStmt):
             self.write(s)
+        elif isinstance(s, ast.StaticForStmt):
+            self.static_for(s)
         else:
             raise Unsupported(f"`{type(s).__name__}` in a kernel")
 
@@ -151,6 +153,20 @@ class TileWriter(ABC):
         if len(self.lines) == before:
             self.emit("pass")
         self.depth -= 1
+
+    def static_for(self, s: ast.StaticForStmt) -> None:
+        """`static for i in a..b`: a loop unrolled when the kernel is compiled."""
+        info = self.tt.program.static_fors.get(s)
+        if info is None or info.mode != "range" or info.start is None or info.stop is None:
+            raise Unsupported("`static for` over a `sub` array in a kernel")
+        var = self.tt.local_name(info.variable) if info.variable is not None else "_"
+        start, stop = self.tt.dim(info.start), self.tt.dim(info.stop)
+        self.emit(f"for {var} in {self.static_range()}({start}, {stop}):")
+        self.block(s.body.stmts)
+
+    @abstractmethod
+    def static_range(self) -> str:
+        """The loop iterator that unrolls at compile time."""
 
     @abstractmethod
     def while_stmt(self, s: ast.WhileStmt) -> None: ...

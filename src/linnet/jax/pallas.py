@@ -224,6 +224,9 @@ class PallasWriter(TileWriter):
         body = self.body()
         return _HEADER.format(name=self.inst.key, params=", ".join(params)) + body
 
+    def static_range(self) -> str:
+        return "range"  # a Python loop: traced once per value
+
     def while_stmt(self, s: ast.WhileStmt) -> None:
         carried = self.assigned(s.body.stmts)
         names = [self.tt.local_name(local) for local in carried]
@@ -255,7 +258,7 @@ class PallasWriter(TileWriter):
                     local = self.tt.resolved(s.target)
                     if isinstance(local, LocalInfo):
                         found.setdefault(local, None)
-                elif isinstance(s, ast.WhileStmt):
+                elif isinstance(s, (ast.WhileStmt, ast.StaticForStmt)):
                     walk(s.body.stmts)
 
         walk(stmts)

@@ -58,6 +58,9 @@ class TritonWriter(TileWriter):
         body = self.body()
         return _HEADER.format(name=self.inst.key, params=", ".join(params)) + body
 
+    def static_range(self) -> str:
+        return "tl.static_range"
+
     def while_stmt(self, s: ast.WhileStmt) -> None:
         self.emit(f"while {self.expr(s.cond)}:")
         self.block(s.body.stmts)
@@ -95,7 +98,7 @@ class TritonWriter(TileWriter):
         return f"tl.full({shape}, {value}, {dtype})"
 
     def to(self, value: str, dtype: str) -> str:
-        return f"({value}).to({dtype})"
+        return f"tl.cast({value}, {dtype})"  # also for Python numbers (`static for` counters)
 
     def permute(self, value: str, order: tuple[int, ...]) -> str:
         return f"tl.permute({value}, {order})"
