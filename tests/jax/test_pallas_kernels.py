@@ -59,7 +59,8 @@ CASES = [
         ],
         1e-5,
     ),
-    ("lengths", [RNG.standard_normal((5, 150), dtype=np.float32)], 1e-6),
+    ("lengths", [RNG.standard_normal((5, 150), dtype=np.float32), np.array(0.5, np.float32)], 1e-6),
+    ("lengths", [RNG.standard_normal((3, 40), dtype=np.float32), np.array(-2.0, np.float32)], 0.0),
     ("histogram", [RNG.integers(-4, 21, 300).astype(np.int32)], 0.0),
     ("histogram", [RNG.integers(0, 16, 128).astype(np.int32)], 0.0),
 ]

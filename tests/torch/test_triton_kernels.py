@@ -43,6 +43,7 @@ LAUNCHED = [
     ("matmul ragged", 1e-5),
     ("matmul tiles", 1e-5),
     ("row norms ragged", 1e-6),
+    ("row norms negative scale", 0.0),
     ("histogram ragged", 0.0),
     ("histogram one block", 0.0),
 ]

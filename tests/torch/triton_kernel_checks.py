@@ -60,7 +60,16 @@ def main() -> None:
                 rng.standard_normal((48, 16), dtype=np.float32),
             ],
         ),
-        ("row norms ragged", "lengths", [rng.standard_normal((5, 150), dtype=np.float32)]),
+        (
+            "row norms ragged",
+            "lengths",
+            [rng.standard_normal((5, 150), dtype=np.float32), np.array(0.5, np.float32)],
+        ),
+        (
+            "row norms negative scale",
+            "lengths",
+            [rng.standard_normal((3, 40), dtype=np.float32), np.array(-2.0, np.float32)],
+        ),
         ("histogram ragged", "histogram", [rng.integers(-4, 21, 300).astype(np.int32)]),
         ("histogram one block", "histogram", [rng.integers(0, 16, 128).astype(np.int32)]),
     ]

@@ -20,8 +20,10 @@ How the body maps (4.6's table):
   the new axes. `sum[k] a[i, k] * b[k, j]` over 2-D `f32` tiles of at least
   16 is a matrix product (`tl.dot` / `jnp.dot`);
 - `let`, `var`, assignment, comprehensions, writes, `while` and `static for`
-  over a range (unrolled); `if`, calls of user functions, tuples and module
-  constants have no tile form here: `Unsupported`, and the op's body runs (4.5).
+  over a range (unrolled), `if` as a select, calls of module `fn`s and `op`s
+  inlined (their generics bound from the call); tuples, module constants,
+  methods and calls inside index notation have no tile form here:
+  `Unsupported`, and the op's body runs (4.5).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from linnet.check.decls import ConstInfo, FnInfo, GenericInfo, IndexVar, LocalInfo
+from linnet.check.dims import Symbol
+from linnet.check.types import DTypeVar
+from linnet.ir.env import Env
 from linnet.ir.kernel_instance import KernelInstance
 from linnet.ir.tile_source import TileTypes, Unsupported, strides
 from linnet.syntax import ast
@@ -249,6 +254,9 @@ class TileWriter(ABC):
             return self.element(e)
         if isinstance(e, ast.Reduction):
             return self.reduction(e, index)
+        if isinstance(e, ast.IfExpr):  # both branches are pure: a select
+            parts = ", ".join(self.sub(x, index) for x in (e.cond, e.then, e.otherwise))
+            return f"{self.float_fn('where')}({parts})"
         raise Unsupported(f"`{type(e).__name__}` in a kernel")
 
     def name(self, e: ast.Name) -> str:
@@ -283,8 +291,9 @@ class TileWriter(ABC):
         if not isinstance(callee, ast.Name):
             raise Unsupported("calls of functions from other modules in kernels")
         name = callee.ident.name
-        if isinstance(self.tt.resolved(callee), FnInfo):
-            raise Unsupported(f"the call of `{name}` (no inlining of functions in kernels yet)")
+        decl = self.tt.resolved(callee)
+        if isinstance(decl, FnInfo):
+            return self.inline(e, decl, index)
         args = [a.value for a in e.args]
         if name == "program_id":
             return self.program_id(self.expr(args[0]))
@@ -331,6 +340,42 @@ class TileWriter(ABC):
             rank = len(self.tt.shape(e))
             return f"{self.float_fn('cumsum')}({self.expr(args[0])}, axis={axis % rank if rank else 0})"
         raise Unsupported(f"`{name}` has no tile form in the Triton generator")
+
+    def inline(self, e: ast.Call, fn: FnInfo, index: bool) -> str:
+        """A call of a `fn` or `op` in a kernel: its body inlined (4.3), its value a temporary."""
+        info = self.tt.program.calls.get(e)
+        if index or info is None or info.receiver is not None or fn.block is not None:
+            raise Unsupported(
+                f"the call of `{fn.name}` (only module functions, outside index notation)"
+            )
+        body = fn.decl.body.stmts
+        if not body or not isinstance(body[-1], ast.ReturnStmt) or body[-1].value is None:
+            raise Unsupported(f"`{fn.name}` does not end with `return value`")
+        outer = self.tt.env
+        env = Env(outer.dims, outer.packs, outer.dtypes)
+        for g in fn.generics:
+            key = g.key
+            if isinstance(key, DTypeVar) and key in info.subst.dtypes:
+                env.bind(key, outer.dtype(info.subst.dtypes[key]))
+            elif isinstance(key, Symbol) and not key.is_pack and key in info.subst.dims:
+                env.bind(key, self.tt.dim(info.subst.dims[key]))
+            else:
+                raise Unsupported(f"the generic `{g.name}` of `{fn.name}`")
+        for param, arg in zip(fn.params, info.args, strict=True):
+            if arg is None:
+                raise Unsupported(f"the default of `{param.name}` in a kernel")
+            self.emit(f"{self.tt.local_name(param)} = {self.expr(arg)}")
+        self.tt.env = env
+        try:
+            self.stmts(body[:-1])
+            final = body[-1].value
+            assert final is not None
+            value = self.expr(final)
+        finally:
+            self.tt.env = outer
+        temp = self.fresh("inlined")
+        self.emit(f"{temp} = {value}")
+        return temp
 
     # ------------------------------------------------------------ index notation
 

@@ -26,8 +26,10 @@ from there; each instantiation is generated and imported once.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 from collections import Counter
@@ -171,6 +173,7 @@ def compiled(instance: KernelInstance) -> ModuleType:
     text = triton_source(instance)  # Unsupported propagates: the body runs
     if not _FOLDER:
         _FOLDER.append(Path(tempfile.mkdtemp(prefix="linnet_triton_")))
+        atexit.register(shutil.rmtree, _FOLDER[0], ignore_errors=True)
     name = f"linnet_kernel_{len(_MODULES)}"
     path = _FOLDER[0] / f"{name}.py"
     write_bytes(path, text.encode("utf-8"), durable=False)
