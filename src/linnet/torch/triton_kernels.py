@@ -21,7 +21,8 @@ launch is a `torch.autograd.Function` whose backward pass is the derivative of
 the op's body (4.5 "Gradients"): the body is re-run from the saved inputs under
 `torch.enable_grad()` and differentiated with `torch.autograd.grad`. Generated modules are written to files (Triton's JIT reads the
 source of its functions) in one temporary folder per process and imported
-from there; each instantiation is generated and imported once.
+from there; each instantiation is generated and imported once, and the folder
+is removed when the process exits.
 """
 
 from __future__ import annotations
