@@ -63,6 +63,7 @@ CASES = [
     ("lengths", [RNG.standard_normal((3, 40), dtype=np.float32), np.array(-2.0, np.float32)], 0.0),
     ("histogram", [RNG.integers(-4, 21, 300).astype(np.int32)], 0.0),
     ("histogram", [RNG.integers(0, 16, 128).astype(np.int32)], 0.0),
+    ("parts", [RNG.standard_normal(200, dtype=np.float32)], 0.0),
 ]
 
 
@@ -80,15 +81,17 @@ def test_kernel_equals_body(
     monkeypatch.setenv("LINNET_PALLAS_INTERPRET", "1")
     fn, call = lowered(program, entry, inputs)
     assert pallas.explain(call) is None
-    (body,), _ = run_function(fn, {}, {}, inputs)
+    bodies, _ = run_function(fn, {}, {}, inputs)
     key = call.attrs["kernel_instance"].key
     before = pallas.LAUNCHES[key]
     generated = generate(fn)
     assert "_kernel" in generated.source  # the launch replaced the inlined body
-    (result,), _ = generated.entry({}, {}, *inputs)
+    results, _ = generated.entry({}, {}, *inputs)
     assert pallas.LAUNCHES[key] == before + 1
-    scale = max(float(np.abs(body).max()), 1.0)
-    assert np.abs(np.asarray(result, np.float64) - body).max() <= tolerance * scale
+    assert len(results) == len(bodies)
+    for result, body in zip(results, bodies, strict=True):
+        scale = max(float(np.abs(body).max()), 1.0)
+        assert np.abs(np.asarray(result, np.float64) - body).max() <= tolerance * scale
 
 
 def test_body_runs_without_pallas_or_where(

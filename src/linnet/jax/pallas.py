@@ -8,8 +8,7 @@ kernel runs only when all of 4.5's conditions hold:
 
 - Pallas is usable: JAX's default backend is a GPU, or Pallas's interpret
   mode is on (`LINNET_PALLAS_INTERPRET=1`, how the CPU tests run it);
-- the kernel's `where` clause holds, the op has one result, and the body
-  has a tile form (`linnet.ir.tile_writer`; otherwise `Unsupported`).
+- the kernel's `where` clause holds and the body has a tile form (`linnet.ir.tile_writer`; otherwise `Unsupported`).
 
 How a kernel becomes Pallas code (4.7): the kernel is a function over
 references to whole arrays (no block specs: the body computes its
@@ -86,8 +85,8 @@ def explain(op: Op) -> str | None:
         return "Pallas needs a GPU or LINNET_PALLAS_INTERPRET=1"
     if not instance.where_holds:
         return f"the `where` clause of `{instance.name}` does not hold for {instance.key}"
-    if len(instance.results) != 1 or len(op.results) != 1:
-        return "kernels with several results are not launched yet"
+    if len(instance.results) != len(op.results):
+        return "the op's results are not the kernel's"
     try:
         pallas_source(instance, interpret=interpreting())
     except Unsupported as exc:
@@ -132,7 +131,8 @@ def pallas_launcher(op: Op) -> Callable[..., Any] | None:
         )
         outs = call(*inputs)
         LAUNCHES[instance.key] += 1
-        return jnp.reshape(outs[0], instance.results[0].shape)
+        shaped = tuple(jnp.reshape(o, r.shape) for o, r in zip(outs, instance.results, strict=True))
+        return shaped[0] if len(shaped) == 1 else shaped
 
     body = _body_function(op)
 
@@ -164,7 +164,7 @@ def _body_function(op: Op) -> Callable[..., Any]:
 
     def run(*operands: Any) -> Any:
         results, _ = entry({}, {}, *operands)
-        return results[0]
+        return results[0] if len(results) == 1 else tuple(results)
 
     return run
 

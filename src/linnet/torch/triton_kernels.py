@@ -13,7 +13,6 @@ launch condition of 4.5 holds:
 - the kernel's `where` clause holds for the bound generics;
 - the generator has a tile form for the whole instantiated body and every
   tile extent is a power of two (`triton_codegen`, `Unsupported`);
-- the op has one result (a `Native` replaces one value).
 
 Otherwise the op's body runs. `explain(op, context)` says which condition
 failed. Under autograd (grad mode on, an operand requiring a gradient) the
@@ -51,7 +50,7 @@ from linnet.torch.ops import Context
 _MODULES: dict[str, ModuleType] = {}
 # Launches per instantiation key in this process (what `explain` and the tests read).
 LAUNCHES: Counter[str] = Counter()
-_LAUNCHERS: dict[str, Callable[..., torch.Tensor]] = {}
+_LAUNCHERS: dict[str, Callable[..., Any]] = {}
 _FOLDER: list[Path] = []
 
 
@@ -76,8 +75,8 @@ def explain(op: Op, context: Context) -> str | None:
         return f"Triton needs CUDA tensors or TRITON_INTERPRET=1 (device {context.device})"
     if not instance.where_holds:
         return f"the `where` clause of `{instance.name}` does not hold for {instance.key}"
-    if len(instance.results) != 1 or len(op.results) != 1:
-        return "kernels with several results are not launched yet"
+    if len(instance.results) != len(op.results):
+        return "the op's results are not the kernel's"
     try:
         compiled(instance)
     except Unsupported as exc:
@@ -96,12 +95,11 @@ def kernel_native(op: Op, context: Context) -> Any:
     key = f"{op.attrs['callee']}|{instance.key}|{len(_LAUNCHERS)}"
     body = _body_runner(op, context.device)
 
-    def run(*operands: torch.Tensor) -> torch.Tensor:
+    def run(*operands: torch.Tensor) -> Any:
         if torch.is_grad_enabled() and any(o.requires_grad for o in operands):
-            result: torch.Tensor = _KernelWithBodyGradient.apply(  # type: ignore[no-untyped-call]
+            return _KernelWithBodyGradient.apply(  # type: ignore[no-untyped-call]
                 instance, body, *operands
             )
-            return result
         return launch(instance, operands)
 
     _LAUNCHERS[key] = run
@@ -112,7 +110,7 @@ def kernel_native(op: Op, context: Context) -> Any:
     return Native(instance.name, run, source)
 
 
-def launcher(key: str) -> Callable[..., torch.Tensor]:
+def launcher(key: str) -> Callable[..., Any]:
     """The launch function of a registered instantiation (used by generated code)."""
     return _LAUNCHERS[key]
 
@@ -143,23 +141,23 @@ class _KernelWithBodyGradient(torch.autograd.Function):
         instance: KernelInstance,
         body: Callable[..., list[torch.Tensor]],
         *operands: torch.Tensor,
-    ) -> torch.Tensor:
+    ) -> Any:
         ctx.body = body
         ctx.save_for_backward(*operands)
         return launch(instance, operands)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         operands = ctx.saved_tensors
         with torch.enable_grad():
             inputs = [
                 o.detach().requires_grad_(o.is_floating_point() and need)
                 for o, need in zip(operands, ctx.needs_input_grad[2:], strict=True)
             ]
-            (result,) = ctx.body(*inputs)
+            results = ctx.body(*inputs)
             wanted = [x for x in inputs if x.requires_grad]
-            grads = iter(torch.autograd.grad(result, wanted, grad, allow_unused=True))
-        out = [next(grads) if x.requires_grad else None for x in inputs]
+            found = iter(torch.autograd.grad(results, wanted, list(grads), allow_unused=True))
+        out = [next(found) if x.requires_grad else None for x in inputs]
         return (None, None, *out)
 
 
@@ -187,8 +185,9 @@ def compiled(instance: KernelInstance) -> ModuleType:
     return module
 
 
-def launch(instance: KernelInstance, operands: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Run the kernel on `operands` (the op's flattened parameters) and return its result."""
+def launch(instance: KernelInstance, operands: Sequence[torch.Tensor]) -> Any:
+    """Run the kernel on `operands` (the op's flattened parameters): its result, or the
+    tuple of its results."""
     module = compiled(instance)
     device = operands[0].device if operands else torch.device("cpu")
     args: list[object] = []
@@ -209,7 +208,7 @@ def launch(instance: KernelInstance, operands: Sequence[torch.Tensor]) -> torch.
     if all(size > 0 for size in instance.grid):
         module.kernel[instance.grid](*args, *results, **options)
     LAUNCHES[instance.key] += 1
-    return results[0]
+    return results[0] if len(results) == 1 else tuple(results)
 
 
 def _allocate(word: str, shape: tuple[int, ...], dtype: str, device: torch.device) -> torch.Tensor:
