@@ -139,7 +139,7 @@ def _check_item(
         elif isinstance(item, KernelInfo):
             from linnet.check.kernels import check_kernel
 
-            check_kernel(ctx, item)
+            locals_.extend((item.module.key, loc) for loc in check_kernel(ctx, item))
         elif isinstance(item, BlockInfo):
             blocks.append(item)
             signatures.ensure_block(ctx, item)

@@ -227,11 +227,11 @@ def _check_hints(chk: BodyChecker, k: KernelInfo) -> None:
             k.stages = value
 
 
-def check_kernel(ctx: Context, k: KernelInfo) -> None:
-    """A kernel's header and body (4.2, 4.3)."""
+def check_kernel(ctx: Context, k: KernelInfo) -> list[LocalInfo]:
+    """A kernel's header and body (4.2, 4.3); returns the locals the body declared."""
     ensure_kernel(ctx, k)
     if k.body_checked or k.facts is None:
-        return
+        return []
     k.body_checked = True
     from linnet.check.exprs import BodyChecker
     from linnet.check.stmts import check_stmts
@@ -241,6 +241,7 @@ def check_kernel(ctx: Context, k: KernelInfo) -> None:
     chk.kernel = KernelScope(k)
     chk.push_scope()
     check_stmts(chk, k.decl.body.stmts)
+    return chk.new_locals
 
 
 def check_kernel_return(chk: BodyChecker, s: ast.ReturnStmt) -> None:
