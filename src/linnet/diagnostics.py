@@ -61,6 +61,8 @@ CODES: dict[str, str] = {
     "E2123": "not compile-time",
     "E2124": "misplaced yield or scan",
     "E2125": "invalid gradient clause",
+    "E2126": "kernel reference or call",
+    "E2127": "kernel rule violation",
     "E2190": "not implemented",
     "E2201": "incompatible index extents",
     "E2202": "shape mismatch",

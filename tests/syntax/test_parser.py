@@ -606,10 +606,13 @@ def test_keywords_and_reserved_words_as_names() -> None:
         ("E1101", "fn"),
         ("E1101", "in"),
     ]
-    for word in ("rng", "kernel"):
+    for word in ("rng",):
         found = diagnostics(f"module m\nfn f({word}: i32) {{ let {word} = 1 }}")
         assert [(d.code, d.span.text if d.span else "") for d in found] == [("E1004", word)] * 2
         assert found[0].notes == ("this word is reserved for future features",)
+    # language-extensions 0.1: `kernel` is a keyword now, E1101 as a name.
+    found = diagnostics("module m\nfn f(kernel: i32) { let kernel = 1 }")
+    assert [(d.code, d.span.text if d.span else "") for d in found] == [("E1101", "kernel")] * 2
     assert [c for c, _ in errors("module m\nconst async = 1\nstruct impl {}\nuse a::{b as mut}")] == [
         "E1004", "E1004", "E1101", "E1004",
     ]  # fmt: skip

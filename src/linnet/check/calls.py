@@ -33,6 +33,10 @@ from linnet.check.decls import (
     UnresolvedImport,
 )
 from linnet.check.dims import Dim, Symbol
+from linnet.check.kernel_info import KernelInfo
+from linnet.check.kernels import BUILTINS as KERNEL_BUILTINS
+from linnet.check.kernels import builtin_call as kernel_builtin_call
+from linnet.check.kernels import concat_in_kernel, kernel_called
 from linnet.check.members import block_path, module_item, private, tensor_member_help
 from linnet.check.program import CallInfo
 from linnet.check.types import (
@@ -77,6 +81,12 @@ def check_call(chk: BodyChecker, call: ast.Call, expected: Type | None) -> Type:
     if isinstance(callee, ast.Name):
         name = callee.ident.name
         decl = chk.scope.lookup(name)
+        if name in KERNEL_BUILTINS and (chk.kernel is not None or decl is None):
+            return kernel_builtin_call(chk, call, name, expected)  # 4.3 B2, B14, B17
+        if isinstance(decl, KernelInfo):
+            return kernel_called(chk, call, callee, decl)  # 4.2 K10
+        if name == "concat" and decl is None and chk.kernel is not None:
+            return concat_in_kernel(chk, call)  # 4.3 B15
         if decl is None:
             if name in PRELUDE_FUNCTIONS:
                 from linnet.check.prelude import check_prelude_call
@@ -118,6 +128,8 @@ def check_call(chk: BodyChecker, call: ast.Call, expected: Type | None) -> Type:
                 chk.resolutions[callee] = item
                 if isinstance(item, FnInfo):
                     return call_function(chk, call, item, None, None)
+                if isinstance(item, KernelInfo):
+                    return kernel_called(chk, call, callee, item)
                 if isinstance(item, StructInfo):
                     from linnet.check.structs import construct
 

@@ -40,6 +40,7 @@ from linnet.check.decls import (
     StructInfo,
 )
 from linnet.check.dims import DimOverflow
+from linnet.check.kernel_info import KernelInfo
 from linnet.check.lints import lint_locals, lint_module
 from linnet.check.modules import ModuleGraph
 from linnet.check.program import (
@@ -131,6 +132,14 @@ def _check_item(
             functions.append(item)
             key = item.module.key
             locals_.extend((key, loc) for loc in check_function(ctx, item))
+            if item.decl.kernel is not None:
+                from linnet.check.kernels import check_kernel_ref
+
+                check_kernel_ref(ctx, item)
+        elif isinstance(item, KernelInfo):
+            from linnet.check.kernels import check_kernel
+
+            locals_.extend((item.module.key, loc) for loc in check_kernel(ctx, item))
         elif isinstance(item, BlockInfo):
             blocks.append(item)
             signatures.ensure_block(ctx, item)

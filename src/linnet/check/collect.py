@@ -80,6 +80,8 @@ def collect_module(ctx: Context, loaded: LoadedModule) -> ModuleInfo:
 def item_kind_word(item: ast.Item) -> str:
     if isinstance(item, ast.FnDecl):
         return {"fn": "function", "op": "op", "entry": "entry"}[item.kind]
+    if isinstance(item, ast.KernelDecl):
+        return "kernel"
     return {
         ast.ConstDecl: "constant",
         ast.AliasDecl: "type alias",
@@ -100,6 +102,10 @@ def make_item(
         )
         program.functions[item] = fn
         return fn
+    if isinstance(item, ast.KernelDecl):
+        from linnet.check.kernel_info import KernelInfo
+
+        return KernelInfo(name=name, ident=ident, module=module, block=block, pub=pub, decl=item)
     if isinstance(item, ast.BlockDecl):
         info = BlockInfo(name=name, ident=ident, module=module, block=block, pub=pub, decl=item)
         program.blocks[item] = info
@@ -134,6 +140,11 @@ def collect_block(ctx: Context, block: BlockInfo) -> None:
         if isinstance(part, ast.MemberDecl):
             ident = part.name
             check_declared_name(ctx, ident, "member")
+        elif isinstance(part, ast.KernelDecl):
+            from linnet.check.kernels import kernel_in_block
+
+            kernel_in_block(ctx, part)  # K1: the kernel is dropped
+            continue
         else:
             ident = part.name
             check_declared_name(ctx, ident, item_kind_word(part))

@@ -129,7 +129,9 @@ class LocalInfo:
     name: str
     ident: ast.Ident
     type: Type
-    kind: Literal["param", "let", "var", "pattern", "comprehension", "for", "arm"]
+    kind: Literal[
+        "param", "let", "var", "pattern", "comprehension", "for", "arm", "memory", "result"
+    ]
     mutable: bool = False
     used: bool = False
     block_path: tuple[str, ...] | None = None

@@ -47,6 +47,7 @@ from linnet.check.decls import (
     UnresolvedImport,
 )
 from linnet.check.dims import Dim, DimOverflow, Symbol
+from linnet.check.kernel_info import KernelInfo, KernelScope
 from linnet.check.prover import Facts
 from linnet.check.scope import Scope
 from linnet.check.types import (
@@ -112,6 +113,7 @@ class BodyChecker:
         "fn",
         "in_alias",
         "index_vars",
+        "kernel",
         "loop_depth",
         "module",
         "new_locals",
@@ -156,6 +158,8 @@ class BodyChecker:
         # While an alias's target is resolved, block `where` clauses are proven at
         # each use of the alias instead, where the arguments and facts are known.
         self.in_alias = False
+        # The kernel whose body is checked (language-extensions 4.3), else None.
+        self.kernel: KernelScope | None = None
 
     # ------------------------------------------------------------ dispatch
 
@@ -351,6 +355,10 @@ class BodyChecker:
         if decl is None:
             return self.unknown_value(e)
         self.resolutions[e] = decl
+        if isinstance(decl, LocalInfo) and decl.kind in ("memory", "result"):
+            from linnet.check.kernels import memory_misused
+
+            return memory_misused(self, e, decl)
         return self.prefer(e, self.value_of(decl, e), expected)
 
     def unknown_value(self, e: ast.Name) -> Type:
@@ -409,6 +417,8 @@ class BodyChecker:
             return decl.type if decl.type is not None else ERROR
         if isinstance(decl, FnInfo):
             return self.not_value(e, f"`{decl.name}` is a function and must be called", decl.ident)
+        if isinstance(decl, KernelInfo):
+            return self.not_value(e, f"`{decl.name}` is a kernel, not a value", decl.ident)
         if isinstance(decl, ModuleInfo):
             return self.not_value(e, f"`{decl.name}` is a module, not a value", None)
         if isinstance(decl, (BlockInfo, StructInfo, AliasInfo, EnumInfo)):

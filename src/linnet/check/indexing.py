@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from linnet.check.decls import IndexVar
 from linnet.check.dims import Dim, Symbol
+from linnet.check.kernels import tile_access_ok
 from linnet.check.program import (
     AxisSelection,
     ComprehensionInfo,
@@ -73,6 +74,8 @@ def check_index(chk: BodyChecker, e: ast.Index, expected: Type | None) -> Type:
         return ERROR
     if isinstance(t, ArrayType):
         return array_element(chk, e, t)
+    if isinstance(t, TensorType) and chk.kernel is not None and not tile_access_ok(chk, e):
+        return ERROR  # language-extensions 4.3 B15
     if not isinstance(t, TensorType):
         chk.ctx.error(
             "E2104",

@@ -45,6 +45,7 @@ from linnet.syntax import ast
 
 if TYPE_CHECKING:
     from linnet.check.gradclause import GradClauseInfo
+    from linnet.check.kernel_info import KernelBinding
     from linnet.check.modules import ModuleGraph
 
 
@@ -191,6 +192,9 @@ class CheckedProgram:
     blocks: dict[ast.BlockDecl, BlockInfo] = field(default_factory=dict)
     # gradient clauses of ops (language-extensions 3), checked and applicable
     grad_clauses: dict[FnInfo, GradClauseInfo] = field(default_factory=dict)
+    # ops referring to a kernel (language-extensions 4.4): the kernel and its generics
+    # in the op's terms, for references that passed KB1-KB5
+    kernel_refs: dict[ast.FnDecl, KernelBinding] = field(default_factory=dict)
     _manifests: dict[str, list[BlockManifest]] = field(default_factory=dict)
     _footprints: dict[FnInfo, StateFootprint] = field(default_factory=dict)
 

@@ -42,6 +42,17 @@ _BIND_FIRST = "bind the loop first: `let ys = for ...`"
 
 def value(chk: BodyChecker, e: ast.Expr, expected: Type | None = None) -> Type:
     """The value of a `let`, `var`, assignment or `return`: the one place a scan may stand (F5)."""
+    if isinstance(e, ast.ForLoop) and chk.kernel is not None:  # B16
+        chk.ctx.error(
+            "E2127",
+            "scans are not available in kernels",
+            e.span,
+            "a scan in a kernel",
+            notes=("a kernel may use a statement `for`, `while` and `static for`",),
+            help=("write each row with `store` inside a statement `for`",),
+        )
+        check_loop(chk, e, scan=True, expected=None, reported=True)
+        return ERROR
     if isinstance(e, ast.ForLoop):
         t = check_loop(chk, e, scan=True, expected=expected)
         chk.types[e] = t

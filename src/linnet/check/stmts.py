@@ -21,6 +21,7 @@ from linnet.check.gradclause import (
     check_grad_clause,
     clause_assigns_state,
 )
+from linnet.check.kernels import check_write
 from linnet.check.members import block_path
 from linnet.check.patterns import bind_pattern
 from linnet.check.program import StaticForInfo
@@ -175,6 +176,11 @@ def _cannot_assign(chk: BodyChecker, s: ast.AssignStmt, decl: object) -> None:
 
 def check_return(chk: BodyChecker, s: ast.ReturnStmt) -> None:
     fn = chk.fn
+    if chk.kernel is not None:
+        from linnet.check.kernels import check_kernel_return
+
+        check_kernel_return(chk, s)
+        return
     if chk.loop_depth > 0:
         chk.ctx.error(
             "E2120",
@@ -294,4 +300,5 @@ _STATEMENTS: dict[type, Callable[[BodyChecker, ast.Stmt], None]] = {
     ast.ComprehensionStmt: check_comprehension,  # type: ignore[dict-item]
     ast.ForLoop: scans.check_statement,  # type: ignore[dict-item]
     ast.YieldStmt: scans.check_misplaced_yield,  # type: ignore[dict-item]
+    ast.WriteStmt: check_write,  # type: ignore[dict-item]
 }

@@ -363,6 +363,8 @@ class _Emitter:
             self.globals[COLLECTIVES_ALIAS] = collectives_module
             self.assign(op, collective.format(*self.args(op)), str(op.attrs["callee"]))
             return
+        if "kernel_instance" in op.attrs and self.emit_kernel(op):
+            return
         (body,) = op.regions
         self.line(f"# {op.attrs['callee']}")
         # Region values are SSA: arguments and results alias the caller's names.
@@ -401,6 +403,18 @@ class _Emitter:
         wrt = tuple(int(i) for i in op.attrs["wrt"])  # type: ignore[attr-defined]
         args = "".join(f", {a}" for a in [*self.args(op), *free])
         self.assign(op, f"clauses.apply({forward}, {backward}, {wrt!r}{args})")
+
+    def emit_kernel(self, op: Op) -> bool:
+        """An op naming a kernel, launched through Pallas when it can be (`linnet.jax.pallas`)."""
+        from linnet.jax.pallas import pallas_launcher
+
+        launcher = pallas_launcher(op)
+        if launcher is None:
+            return False
+        name = f"_kernel{len(self.globals)}"
+        self.globals[name] = launcher
+        self.assign(op, f"{name}({', '.join(self.args(op))})", str(op.attrs["callee"]))
+        return True
 
 
 def generate(fn: Function) -> Generated:

@@ -23,6 +23,7 @@ from linnet.check.types import I64, ArrayType, TupleType, Type, scalar
 from linnet.errors import InternalError
 from linnet.plan.ct import strip_parens
 from linnet.plan.exprs import ExprEncoder, Json, PlanState
+from linnet.plan.kernels import write_stmt
 from linnet.syntax import ast
 
 
@@ -251,4 +252,5 @@ _STATEMENTS: dict[type, Callable[[BodyEncoder, ast.Stmt], None]] = {
     ast.StaticForStmt: BodyEncoder.static_for,  # type: ignore[dict-item]
     ast.WhileStmt: BodyEncoder.while_,  # type: ignore[dict-item]
     ast.ForLoop: BodyEncoder.for_,  # type: ignore[dict-item]
+    ast.WriteStmt: write_stmt,  # type: ignore[dict-item]
 }

@@ -40,11 +40,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from linnet.check.decls import BlockInfo, ConstInfo, FnInfo, ItemInfo, ModuleInfo
+from linnet.check.kernel_info import KernelInfo
 from linnet.check.program import CheckedProgram
 from linnet.check.types import ArrayType, BlockType, OptionalType, Subst, TensorType, Type
 from linnet.errors import LinnetError
 from linnet.plan.body import BodyEncoder
 from linnet.plan.exprs import PlanState
+from linnet.plan.kernels import kernel_ref
 from linnet.plan.values import JSON, Numbering, ValueEncoder
 
 PLAN_VERSION = 1
@@ -198,6 +200,15 @@ class _Planner:
                 if self.optimize:
                     optimize_region(body)
                 out.append(self._function(fn, body))
+        from linnet.plan.kernels import kernel_record, kernels_referenced
+
+        own = [k for k in self.module.items.values() if isinstance(k, KernelInfo)]
+        referenced = kernels_referenced(self.program, list(self.state.functions))
+        for kernel in dict.fromkeys([*own, *referenced]):
+            record = kernel_record(BodyEncoder(self.state, None), self.values, kernel)
+            if self.optimize:
+                optimize_region(record["body"])  # type: ignore[arg-type]
+            out.append(record)
         return out
 
     def _function(self, fn: FnInfo, body: Json) -> Json:
@@ -214,6 +225,7 @@ class _Planner:
             "results": v.results(fn.result),
             "states": _paths(footprint.reads | footprint.writes),
             "state_writes": _paths(footprint.writes),
+            "kernel": kernel_ref(self.program, v, fn),
             "body": body,
             **({"gradient": self._gradient(fn)} if fn.kind == "op" else {}),
         }

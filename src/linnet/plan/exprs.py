@@ -531,6 +531,11 @@ class ExprEncoder:
     # -- calls ------------------------------------------------------------------
 
     def call(self, e: ast.Call) -> Json:
+        from linnet.plan.kernels import builtin_call
+
+        builtin = builtin_call(self, e)  # `load`, `program_id` in a kernel body
+        if builtin is not None:
+            return builtin
         fields = self.program.constructions.get(e)
         if fields is not None:
             return self._construction(e, fields)

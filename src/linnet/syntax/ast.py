@@ -444,9 +444,29 @@ class YieldStmt:
     span: Span
 
 
+WriteWord = Literal["store", "atomic_add", "atomic_max", "atomic_min"]
+
+
+@node
+class WriteStmt:
+    """`store(y[i], v, mask)` / `atomic_add(...)`: a kernel's write (language-extensions 4.1).
+
+    `target` is the memory access (`y[i, j]`, checked by `check.kernels`), `mask`
+    is None when omitted.
+    """
+
+    word: WriteWord
+    word_span: Span
+    target: Expr
+    value: Expr
+    mask: Expr | None
+    trailing_comma: bool
+    span: Span
+
+
 Stmt = (
     LetStmt | ComprehensionStmt | VarStmt | AssignStmt | ReturnStmt | StaticForStmt | WhileStmt
-    | ForLoop | YieldStmt
+    | ForLoop | YieldStmt | WriteStmt
 )  # fmt: skip
 
 
@@ -517,6 +537,15 @@ class GradClause:
 
 
 @node
+class KernelRef:
+    """`kernel name<args>` after an op's result type (language-extensions 4.4)."""
+
+    name: Ident
+    args: tuple[GenArg, ...] | None
+    span: Span
+
+
+@node
 class FnDecl:
     pub: bool
     kind: FnKind
@@ -528,6 +557,51 @@ class FnDecl:
     body: Body
     span: Span
     grad: GradClause | None = None
+    kernel: KernelRef | None = None  # only on an `op` (language-extensions 4.4)
+
+
+@node
+class KernelOut:
+    """One named result of a kernel: `out: Tensor[N; f32]`."""
+
+    name: Ident
+    type: Type
+    span: Span
+
+
+@node
+class KernelHint:
+    """`warps(n)` or `stages(n)` in a kernel header."""
+
+    word: Literal["warps", "stages"]
+    word_span: Span
+    value: Expr
+    span: Span
+
+
+@node
+class KernelDecl:
+    """A tile kernel (language-extensions 4.1): named results, a launch grid, hints.
+
+    `results_paren` tells `-> (a: T)` from `-> a: T`; `hints` are in canonical
+    order, `warps` before `stages` (repeats keep their source order).
+    """
+
+    pub: bool
+    name: Ident
+    generics: Generics | None
+    params: Params
+    results: tuple[KernelOut, ...]
+    results_paren: bool
+    results_trailing_comma: bool
+    grid: tuple[Expr, ...]
+    grid_trailing_comma: bool
+    grid_span: Span
+    hints: tuple[KernelHint, ...]
+    where: Where | None
+    body: Body
+    span: Span
+    grad: GradClause | None = None  # parsed so that the checker reports E2125 (K11)
 
 
 @node
@@ -599,7 +673,7 @@ class BlockDecl:
     span: Span
 
 
-Item = ConstDecl | AliasDecl | StructDecl | EnumDecl | FnDecl | BlockDecl
+Item = ConstDecl | AliasDecl | StructDecl | EnumDecl | FnDecl | BlockDecl | KernelDecl
 
 
 @node
@@ -668,7 +742,7 @@ def same_tree(a: object, b: object) -> bool:
         return True
     if is_node(a):
         for name in node_fields(a):
-            if name == "trailing_comma":
+            if name.endswith("trailing_comma"):
                 continue
             if not same_tree(getattr(a, name), getattr(b, name)):
                 return False

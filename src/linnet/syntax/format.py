@@ -46,7 +46,7 @@ __all__ = ["format_file", "format_source"]
 
 # Items "with bodies or braces" are separated from their neighbours by exactly
 # one blank line; one-line declarations keep the author's choice (section 17).
-_BRACED = (ast.FnDecl, ast.BlockDecl, ast.StructDecl, ast.EnumDecl)
+_BRACED = (ast.FnDecl, ast.BlockDecl, ast.StructDecl, ast.EnumDecl, ast.KernelDecl)
 
 
 def format_file(file: ast.File, source: SourceFile) -> str:
@@ -103,6 +103,7 @@ class _FilePrinter(ExprPrinter):
             ast.EnumDecl: self._enum,
             ast.FnDecl: self._fn,
             ast.BlockDecl: self._block,
+            ast.KernelDecl: self._kernel,
             ast.MemberDecl: self._member_decl,
         }
         self._stmts: dict[type, Callable[[Any], DocLike]] = {
@@ -115,6 +116,7 @@ class _FilePrinter(ExprPrinter):
             ast.WhileStmt: self._while,
             ast.ForLoop: self._for,
             ast.YieldStmt: self._yield,
+            ast.WriteStmt: self._write,
         }
         self._exprs[ast.ForLoop] = self._for  # a scan (language-extensions 1.4)
 
@@ -230,6 +232,10 @@ class _FilePrinter(ExprPrinter):
         ]
         if fn.result is not None:
             parts.extend((" ", self.tok("->"), " ", self.type(fn.result)))
+        if fn.kernel is not None:
+            parts.extend((" ", self.tok("kernel"), " ", self.ident(fn.kernel.name)))
+            if fn.kernel.args is not None:
+                parts.append(self.gen_args(fn.kernel.args))
         parts.append(self._where(fn.where))
         parts.append(self._body(fn.body))
         if fn.grad is not None:
@@ -250,6 +256,49 @@ class _FilePrinter(ExprPrinter):
             " ",
             self._body(g.body),
         )
+
+    def _kernel(self, k: ast.KernelDecl) -> DocLike:
+        """`kernel name<G>(params) -> out: T grid(a, b) warps(n) stages(n)` (4.1).
+
+        Hints print `warps` before `stages`; a file with comments keeps the
+        source order (the comment cursor walks the tokens in order)."""
+        parts: list[DocLike] = [
+            self._pub(k.pub),
+            self.tok("kernel"),
+            " ",
+            self.ident(k.name),
+            self._generics(k.generics),
+            self.bracketed(
+                "(", ")", k.params.params, self._param, expanded=k.params.trailing_comma
+            ),
+            " ",
+            self.tok("->"),
+            " ",
+        ]
+        if k.results_paren:
+            parts.append(
+                self.bracketed(
+                    "(", ")", k.results, self._kernel_out, expanded=k.results_trailing_comma
+                )
+            )
+        else:
+            parts.append(self._kernel_out(k.results[0]))
+        parts.extend((" ", self.tok("grid")))
+        parts.append(self.bracketed("(", ")", k.grid, self.expr, expanded=k.grid_trailing_comma))
+        hints = k.hints  # `warps` first (the parser's order)
+        if self.c.active:
+            hints = tuple(sorted(hints, key=lambda h: h.span.start))
+        for hint in hints:
+            parts.extend((" ", self.tok(hint.word), self.tok("("), self.expr(hint.value)))
+            parts.append(self.tok(")"))
+        parts.append(self._where(k.where))
+        parts.append(self._body(k.body))
+        if k.grad is not None:
+            parts.append(self._grad_clause(k.grad))
+        return Concat(tuple(parts))
+
+    def _kernel_out(self, out: ast.KernelOut) -> DocLike:
+        return concat(self.ident(out.name), self.tok(":"), " ", self.type(out.type))
 
     def _block(self, b: ast.BlockDecl) -> DocLike:
         head = concat(
@@ -374,6 +423,13 @@ class _FilePrinter(ExprPrinter):
             parts.extend((self.tok(".."), self.expr(s.stop)))
         parts.extend((" ", self._body(s.body)))
         return Concat(tuple(parts))
+
+    def _write(self, s: ast.WriteStmt) -> DocLike:
+        """A kernel write prints like a call: `store(y[i], v, mask)`."""
+        args = (s.target, s.value) if s.mask is None else (s.target, s.value, s.mask)
+        return concat(
+            self.tok(s.word), self.bracketed("(", ")", args, self.expr, expanded=s.trailing_comma)
+        )
 
     def _while(self, s: ast.WhileStmt) -> DocLike:
         return concat(self.tok("while"), " ", self.expr(s.cond), " ", self._body(s.body))

@@ -46,7 +46,16 @@ from linnet.syntax.doc import (
 )
 from linnet.syntax.format_comments import CommentCursor
 
-T = TypeVar("T", bound=ast.Ident | ast.Param | ast.GenericParam | ast.Arg | ast.Imported | ast.Expr)
+T = TypeVar(
+    "T",
+    bound=ast.Ident
+    | ast.Param
+    | ast.GenericParam
+    | ast.Arg
+    | ast.Imported
+    | ast.Expr
+    | ast.KernelOut,
+)
 
 Blank = Literal["always", "keep", "never"]
 Comma = Literal["added", "always", "none"]

@@ -26,6 +26,7 @@ from linnet.source import Span
 from linnet.spelling import did_you_mean
 from linnet.syntax import ast
 from linnet.syntax.lexer import EOF, FLOAT, IDENT, INT, KEYWORD, RESERVED_WORD, STRING, Scan
+from linnet.syntax.tokens import WRITE_WORDS
 
 T = TypeVar("T")
 
@@ -38,6 +39,7 @@ _HEIGHT_CHECK_TOKENS = MAX_DEPTH // 2
 STATEMENT_KEYWORDS = frozenset({"let", "var", "return", "static", "while", "for", "yield"})
 ITEM_KEYWORDS = frozenset(
     {"pub", "const", "type", "struct", "enum", "fn", "op", "entry", "block", "use", "extern"}
+    | {"kernel"}
 )
 MEMBER_KEYWORDS = frozenset({"param", "buffer", "state", "sub"})
 # Keywords that never stand for a mistyped name: they start a statement, an item or
@@ -287,6 +289,8 @@ class ParserBase:
                     break
                 if paren == 0 and brace == 0 and kinds[i] is IDENT and texts[i + 1] == "=":
                     break
+                if paren == 0 and brace == 0 and t in WRITE_WORDS and texts[i + 1] == "(":
+                    break  # a kernel write starts a statement (language-extensions 0.2 rule 22)
             elif brace == 0:
                 if t in ITEM_KEYWORDS or t in MEMBER_KEYWORDS:
                     break

@@ -7,7 +7,7 @@ statement or item, and go on, so every syntax error of a file is reported.
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Literal, cast
 
 from linnet.source import Span
 from linnet.spelling import did_you_mean
@@ -21,7 +21,7 @@ from linnet.syntax.parser_base import (
     Abort,
 )
 from linnet.syntax.parser_expr import COMPARISONS, ExprParser
-from linnet.syntax.tokens import KIND_NAMES
+from linnet.syntax.tokens import KIND_NAMES, WRITE_WORDS
 
 _EXPRESSION_STARTS = frozenset(
     {"(", "[", "!", "-", "+", "true", "false", "none", "some", "if", "match", "for"}
@@ -221,6 +221,8 @@ class DeclParser(ExprParser):
             return self.fn_decl(pub, start)
         if text == "block":
             return self.block_decl(pub, start)
+        if text == "kernel":
+            return self.kernel_decl(pub, start)
         if text == "const":
             return self.const_decl(pub, start)
         if text == "type":
@@ -348,9 +350,12 @@ class DeclParser(ExprParser):
         generics = self.generics() if self.texts[self.pos] == "<" else None
         params = self.params()
         result = None
+        kernel = None
         if self.texts[self.pos] == "->":
             self.pos += 1
             result = self.root_type()
+            if self.texts[self.pos] == "kernel":
+                kernel = self.kernel_ref(kind)
         elif kind == "op":
             self.report(
                 "E1101",
@@ -373,6 +378,7 @@ class DeclParser(ExprParser):
             body,
             Span(self.file, start, (body if grad is None else grad).span.end),
             grad,
+            kernel,
         )
 
     def grad_clause(self) -> ast.GradClause | None:
@@ -673,6 +679,8 @@ class DeclParser(ExprParser):
             return self.for_loop()
         if text == "yield" and self.texts[pos + 1] != "=":
             return self.yield_stmt()
+        if text in WRITE_WORDS and self.kinds[pos] is IDENT and self.texts[pos + 1] == "(":
+            return self.write_stmt()
         if (self.is_name(pos) or text == "yield") and self.texts[pos + 1] == "=":  # 3.3 rule 5
             target = self.ident("an assignment target")
             self.pos += 1
@@ -826,7 +834,156 @@ class DeclParser(ExprParser):
         body = self.body()
         return ast.WhileStmt(cond, body, Span(self.file, start, body.span.end))
 
+    # ============================================================ kernels (language-extensions 4.1)
 
+    def kernel_decl(self, pub: bool, start: int) -> ast.KernelDecl:
+        """KernelDecl ::= 'kernel' IDENT Generics? Params '->' KernelOuts
+        'grid' '(' Exprs? ')' Hint* Where? Body"""
+        self.pos += 1
+        name = self.ident("a kernel name")
+        generics = self.generics() if self.texts[self.pos] == "<" else None
+        params = self.params()
+        if self.texts[self.pos] != "->":
+            raise self.expected(
+                "`->` and the kernel's named results",
+                notes=("a kernel names its results: `-> out: Tensor[N; f32]`",),
+            )
+        self.pos += 1
+        results, paren, results_trailing = self.kernel_outs()
+        if not (self.texts[self.pos] == "grid" and self.texts[self.pos + 1] == "("):
+            raise self.expected(
+                "`grid(...)`", notes=("a kernel header gives its launch grid after its results",)
+            )
+        grid_start = self.starts[self.pos]
+        self.pos += 2
+        grid: list[ast.Expr] = []
+        grid_trailing = False
+        while self.texts[self.pos] != ")":
+            grid.append(self.root_expr())
+            if self.texts[self.pos] == ",":
+                self.pos += 1
+                grid_trailing = True
+            elif self.texts[self.pos] == ")":
+                grid_trailing = False
+            else:
+                raise self.expected("`,` or `)`")
+        self.pos += 1
+        grid_span = Span(self.file, grid_start, self.prev_end())
+        hints: list[ast.KernelHint] = []
+        while self.texts[self.pos] in _HINT_WORDS and self.texts[self.pos + 1] == "(":
+            word_index = self.pos
+            self.pos += 2
+            value = self.root_expr()
+            self.expect(")")
+            hints.append(
+                ast.KernelHint(
+                    cast(Literal["warps", "stages"], self.texts[word_index]),
+                    self.token_span(word_index),
+                    value,
+                    Span(self.file, self.starts[word_index], self.prev_end()),
+                )
+            )
+        where = self.where() if self.texts[self.pos] == "where" else None
+        body = self.body()
+        grad = self.grad_clause()  # rule 19: accepted on every kind, E2125 in the checker
+        return ast.KernelDecl(
+            pub,
+            name,
+            generics,
+            params,
+            tuple(results),
+            paren,
+            results_trailing,
+            tuple(grid),
+            grid_trailing,
+            grid_span,
+            tuple(sorted(hints, key=lambda h: h.word != "warps")),  # canonical order (4.1)
+            where,
+            body,
+            Span(self.file, start, (body if grad is None else grad).span.end),
+            grad,
+        )
+
+    def kernel_outs(self) -> tuple[list[ast.KernelOut], bool, bool]:
+        """KernelOuts ::= KernelOut | '(' KernelOut (',' KernelOut)* ','? ')'"""
+        if self.texts[self.pos] != "(":
+            return [self.kernel_out()], False, False
+        self.pos += 1
+        outs = [self.kernel_out()]
+        trailing = False
+        while self.texts[self.pos] == ",":
+            self.pos += 1
+            trailing = True
+            if self.texts[self.pos] == ")":
+                break
+            outs.append(self.kernel_out())
+            trailing = False
+        self.expect(")")
+        return outs, True, trailing
+
+    def kernel_out(self) -> ast.KernelOut:
+        """KernelOut ::= IDENT ':' Type"""
+        name = self.ident("a result name")
+        self.expect(":")
+        out_type = self.root_type()
+        return ast.KernelOut(name, out_type, Span(self.file, name.span.start, out_type.span.end))
+
+    def kernel_ref(self, kind: str) -> ast.KernelRef:
+        """KernelRef ::= 'kernel' IDENT GenArgs? (after an op's result type only)"""
+        start_index = self.pos
+        if kind != "op":
+            self.report(
+                "E1101",
+                "expected `where` or `{`, found keyword `kernel`",
+                self.token_span(start_index),
+                "only an `op` can refer to a kernel",
+                help=("declare it as `op ... -> R kernel name<...>`",),
+            )
+        self.pos += 1
+        name = self.ident("a kernel name")
+        args = self.gen_args() if self.texts[self.pos] == "<" else None
+        return ast.KernelRef(name, args, Span(self.file, self.starts[start_index], self.prev_end()))
+
+    def write_stmt(self) -> ast.WriteStmt:
+        """WriteStmt ::= WriteWord '(' Expr ',' Expr (',' Expr)? ','? ')'"""
+        word_index = self.pos
+        self.pos += 2
+        exprs: list[ast.Expr] = []
+        trailing = False
+        while self.texts[self.pos] != ")":
+            if len(exprs) == 3:
+                raise self.expected(
+                    "`)`", notes=("a write takes a target, a value and an optional mask",)
+                )
+            exprs.append(self.root_expr())
+            if self.texts[self.pos] == ",":
+                self.pos += 1
+                trailing = True
+            elif self.texts[self.pos] == ")":
+                trailing = False
+            else:
+                raise self.expected("`,` or `)`")
+        word = self.texts[word_index]
+        if len(exprs) < 2:
+            raise self.expected(
+                "an argument" if exprs else "the write's target",
+                notes=(
+                    f"`{word}(target[indices], value)` or `{word}(target[indices], value, mask)`",
+                ),
+            )
+        self.pos += 1
+        return ast.WriteStmt(
+            cast(ast.WriteWord, word),
+            self.token_span(word_index),
+            exprs[0],
+            exprs[1],
+            exprs[2] if len(exprs) == 3 else None,
+            trailing,
+            Span(self.file, self.starts[word_index], self.prev_end()),
+        )
+
+
+_HINT_WORDS = frozenset({"warps", "stages"})
 _LITERAL_OR_NAME = frozenset({"IDENT", "RESERVED", "INT", "FLOAT", "STRING"})
 
 

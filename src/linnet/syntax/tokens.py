@@ -27,12 +27,12 @@ class Kind(Enum):
 KEYWORDS: frozenset[str] = frozenset(
     """module use pub crate self super as const type struct enum fn op block entry
     param buffer state sub let var return if else match static for in while yield where
-    true false none some extern""".split()
+    true false none some extern kernel""".split()
 )
 
 # Section 2.6: E1004 when used as any name.
 RESERVED: frozenset[str] = frozenset(
-    "async await effect unsafe macro trait impl derive rng mut ref kernel device".split()
+    "async await effect unsafe macro trait impl derive rng mut ref device".split()
 )
 
 # Section 2.9, longest first.
@@ -46,6 +46,8 @@ SCALAR_TYPES: frozenset[str] = frozenset(
     "bool i8 i16 i32 i64 u8 u16 u32 u64 f16 bf16 f32 f64".split()
 )
 KIND_NAMES: tuple[str, ...] = ("Dim", "Shape", "DType", "Numeric", "Integer", "Float")
+# language-extensions 0.1: contextual words starting a kernel write statement.
+WRITE_WORDS: frozenset[str] = frozenset({"store", "atomic_add", "atomic_max", "atomic_min"})
 REDUCTION_WORDS: frozenset[str] = frozenset("sum prod max min any all".split())
 
 # Section 10.1 (and `cumsum`, language-extensions 0.3): no declaration may use these (E1207).

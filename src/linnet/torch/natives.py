@@ -69,6 +69,14 @@ from linnet.torch.ops import Context, Kernel
 MASKED_SCORE = -1e30
 
 
+def kernel_launcher(key: str) -> Kernel:
+    """The Triton launch of a kernel instantiation, for generated code (`triton_kernels`)."""
+    from linnet.torch.triton_kernels import launcher
+
+    run: Kernel = launcher(key)
+    return run
+
+
 @record
 class Native:
     """A native replacement of one `call` op.
@@ -778,5 +786,11 @@ def tp_all_gather(x: torch.Tensor, shards: int) -> torch.Tensor:
 
 def find_native(op: Op, context: Context) -> Native | None:
     """A native kernel for the `call` op `op`, or None to run its canonical body."""
+    if "kernel_instance" in op.attrs:  # an op naming a kernel (language-extensions 4.5)
+        from linnet.torch.triton_kernels import kernel_native
+
+        launched: Native | None = kernel_native(op, context)
+        if launched is not None:
+            return launched
     finder = FINDERS.get(str(op.attrs.get("callee", "")))
     return None if finder is None else finder(op, context)

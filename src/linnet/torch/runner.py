@@ -61,6 +61,17 @@ def _simple_step(kernel: Kernel, ins: tuple[int, ...], out: int) -> Step:
     return step
 
 
+def _tuple_step(kernel: Kernel, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step:
+    """A step calling `kernel`, which returns one tensor per slot of `outs`."""
+
+    def step(env: Env) -> None:
+        values: Any = kernel(*[env[i] for i in ins])
+        for slot, value in zip(outs, values, strict=True):
+            env[slot] = value
+
+    return step
+
+
 def run_steps(steps: Sequence[Step], env: Env) -> None:
     for step in steps:
         step(env)
@@ -197,6 +208,8 @@ class _Compiler:
     def call(self, op: Op) -> list[tuple[Step, Op]]:
         native = find_native(op, self.context) if self.natives else None
         ins = tuple(self.slot(v) for v in op.operands)
+        if native is not None and len(op.results) > 1:  # a kernel with several results
+            return [(_tuple_step(native.kernel, ins, tuple(map(self.slot, op.results))), op)]
         if native is not None:
             return [(_simple_step(native.kernel, ins, self.slot(op.result)), op)]
         if clause_region(op) is not None:

@@ -154,6 +154,7 @@ def _op_call(lw: Lowerer, frame: Frame) -> LV:
     if kept is not None:  # the same op, generics and argument types: a clone (reuse)
         region, result = kept
         values = _call(lw, frame, operands, region, result)
+        attach_kernel(lw, frame)
         return rebuild(result, iter(values))
     outer = lw.push([v.type for v in operands])
     region_args = iter(lw.b.args)
@@ -166,6 +167,7 @@ def _op_call(lw: Lowerer, frame: Frame) -> LV:
         inner = lw.pop(outer)
     region = lw.regions.put(key, inner.finish(results), result)
     values = _call(lw, frame, operands, region, result)
+    attach_kernel(lw, frame)
     return rebuild(result, iter(values))
 
 
@@ -183,6 +185,23 @@ def _call(
 
     gradient, wrt = gradient_region(lw, frame, operands, region.results, clause)
     return lw.b.call(fn.qualified_name, operands, region, generics, gradient=gradient, wrt=wrt)
+
+
+def attach_kernel(lw: Lowerer, frame: Frame) -> None:
+    """Give the `call` op just added its kernel reference (language-extensions 0.5, 4.4)."""
+    fn = frame.fn
+    assert fn is not None
+    binding = lw.program.kernel_refs.get(fn.decl)
+    if binding is None:
+        return
+    from linnet.ir.kernel_instance import instantiate, kernel_attrs
+
+    instance = instantiate(lw.program, binding, frame.env)
+    if instance is None:
+        return
+    op = lw.b.ops[-1]
+    op.attrs["kernel"] = kernel_attrs(instance)
+    op.attrs["kernel_instance"] = instance
 
 
 def _elementwise_call(lw: Lowerer, fr: Frame, frame: Frame, args: list[LV | None]) -> LV:
