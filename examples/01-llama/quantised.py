@@ -27,17 +27,22 @@ PATTERNS = ("*_proj.weight", "lm_head.weight")
 
 _HOLDERS = ("LlamaAttention", "LlamaDecoderLayer", "LlamaModel", "LlamaForCausalLM")
 _LINEAR = re.compile(r"(sub \w+: )Linear<([^,]+), ([^,]+), T>")
+_PROJECTION = re.compile(r"(sub (?!lm_head:)\w+: )Linear<([^,]+), ([^,]+), T>")
 
 
-def quantised_source(bits: int, group: int = 128, source: Path = SOURCE) -> str:
-    """The example's source with the linears of `bits` (4: groups of `group` inputs; 8: per row)."""
+def quantised_source(
+    bits: int, group: int = 128, source: Path = SOURCE, *, lm_head: bool = True
+) -> str:
+    """The example's source with the linears of `bits` (4: groups of `group` inputs; 8: per
+    row); `lm_head=False` keeps `lm_head` a float `Linear`, as GPTQ and AWQ checkpoints do."""
     text = source.read_text()
+    linear = _LINEAR if lm_head else _PROJECTION
     if bits == 8:
         block = "Int8Linear"
-        text = _LINEAR.sub(r"\1Int8Linear<\2, \3, T>", text)
+        text = linear.sub(r"\1Int8Linear<\2, \3, T>", text)
     elif bits == 4:
         block = "Int4GroupLinear"
-        text = _LINEAR.sub(rf"\1Int4GroupLinear<\2, \3, {group}, T>", text)
+        text = linear.sub(rf"\1Int4GroupLinear<\2, \3, {group}, T>", text)
         facts = f"    H % {group} == 0,\n    Inner % {group} == 0,\n"
         attention = f"    H % {group} == 0,\n    (Heads * HeadDim) % {group} == 0,\n"
         for name in _HOLDERS:
@@ -57,9 +62,8 @@ def quantised_source(bits: int, group: int = 128, source: Path = SOURCE) -> str:
         raise ValueError(f"bits must be 4 or 8, not {bits}")
     text = _without_training_entries(text)
     uses = "use std.nn.rope::{rope, rope_rows}\n"
-    return text.replace(uses, uses + f"use std.quant::{{{block}}}\n").replace(
-        "use std.nn.linear::{Linear}\n", ""
-    )
+    text = text.replace(uses, uses + f"use std.quant::{{{block}}}\n")
+    return text.replace("use std.nn.linear::{Linear}\n", "") if lm_head else text
 
 
 _TRAINING_ENTRY = re.compile(r"\n    pub entry (?:log_probs|loss)_packed<.*?\n    }\n", re.S)

@@ -28,14 +28,14 @@ is odd, missing or misshapen companions.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from linnet.errors import LinnetError
+from linnet.quant.rewrite import Conversion, rewrite_checkpoint
 from linnet.weights.checkpoint import Checkpoint, CheckpointSource, open_checkpoint
-from linnet.weights.safetensors import NUMPY_DTYPES, release_mapped, save_safetensors_streamed
+from linnet.weights.safetensors import NUMPY_DTYPES, release_mapped
 
 Array = np.ndarray[Any, Any]
 PACKED = ".weight_packed"
@@ -58,47 +58,30 @@ def import_compressed(
         raise LinnetError(
             f"{source.label}: no `*{PACKED}` tensors (not a pack-quantized checkpoint)"
         )
-    layout: list[tuple[str, str, tuple[int, ...]]] = []
-    produced: dict[str, str] = {}
-    consumed: set[str] = set()
+    conversions: dict[str, Conversion] = {}
     for prefix in prefixes:
         out, width, groups, scale_dtype = _check(source, prefix)
-        for suffix in (PACKED, *COMPANIONS):
-            consumed.add(prefix + suffix)
-        for role, kind, shape in (
-            ("weight", "u8", (out, groups, width // groups // 2)),
-            ("scale", dtype or scale_dtype, (out, groups)),
-            ("zero", "u8", (out, groups)),
-        ):
-            target = f"{prefix}.{role}"
-            if target in source.tensors:
-                raise LinnetError(
-                    f"{source.label}: converting `{prefix}` writes `{target}`, which the "
-                    "checkpoint already has"
-                )
-            produced[target] = prefix
-            layout.append((target, kind, shape))
-    for name, stored in source.tensors.items():
-        if name in consumed:
-            continue
-        if stored.linnet_dtype is None:
-            raise LinnetError(
-                f"{source.label}: tensor `{name}` has dtype {stored.dtype}, which Linnet cannot copy"
-            )
-        layout.append((name, stored.linnet_dtype, stored.shape))
-    kinds = {name: kind for name, kind, _ in layout}
-    pending: dict[str, Array] = {}
+        kind = dtype or scale_dtype
+        conversions[prefix] = Conversion(
+            [
+                prefix + suffix
+                for suffix in (PACKED, *COMPANIONS)
+                if prefix + suffix in source.tensors
+            ],
+            [
+                (f"{prefix}.weight", "u8", (out, groups, width // groups // 2)),
+                (f"{prefix}.scale", kind, (out, groups)),
+                (f"{prefix}.zero", "u8", (out, groups)),
+            ],
+        )
 
-    def load(target: str) -> Array:
-        prefix = produced.get(target)
-        if prefix is None:
-            return source.load(target)
-        if target not in pending:
-            converted = _convert(source, prefix, kinds[f"{prefix}.scale"])
-            pending.update({f"{prefix}.{role}": value for role, value in converted.items()})
-        return pending.pop(target)
+    def convert(prefix: str) -> dict[str, Array]:
+        scale_dtype = conversions[prefix].produced[1][1]
+        return {f"{prefix}.{role}": v for role, v in _convert(source, prefix, scale_dtype).items()}
 
-    save_safetensors_streamed(Path(output), layout, load, {"linnet.quant": "pack-quantized int4"})
+    rewrite_checkpoint(
+        source, output, conversions, convert, {"linnet.quant": "pack-quantized int4"}
+    )
     return prefixes
 
 
