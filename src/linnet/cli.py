@@ -69,6 +69,8 @@ commands:
   convert FOLDER [-o DIR] [--context N]            a transformers folder -> a model card (nest.toml)
   quantize WEIGHTS -o FILE --pattern GLOB... [--bits 4|8] [--group N] [--method rtn]
           [--scale-dtype D]                        float checkpoint -> std.quant layouts
+  quantize FOLDER -o FILE --import [--scale-dtype D]
+                                                   GPTQ / AWQ / compressed-tensors -> std.quant
   spec-test [--std DIR] DIR                        run a conformance directory
   nest check CARD                                  every problem of a model card (or folder)
   serve CARD | --source FILE --weights W --tokenizer DIR [--generics FILE.json]
@@ -218,7 +220,10 @@ COMMAND_HELP: dict[str, str] = {
     "  --bits 4|8             int4 groups or int8 rows (default: 4)\n"
     "  --group N              inputs per int4 group (default: 128)\n"
     "  --method rtn           the quantiser (default: rtn, round to nearest)\n"
-    "  --scale-dtype D        the int4 scales' dtype, the model's T (default: the weight's)\n",
+    "  --scale-dtype D        the int4 scales' dtype, the model's T (default: the weight's)\n"
+    "  --import               FOLDER is a quantised transformers checkpoint (config.json's\n"
+    "                         quantization_config: gptq, awq or compressed-tensors, 4-bit):\n"
+    "                         its linears are converted exactly, without --pattern\n",
     "nest": "usage: linnet nest check CARD\n\n"
     "List every problem of a model card (a folder with nest.toml) at once: the card's\n"
     "fields (name, license), README.md, the source's diagnostics, the root block and its\n"
@@ -672,13 +677,18 @@ def _run_convert(invocation: Invocation) -> int:
 
 
 def _run_quantize(invocation: Invocation) -> int:
-    from linnet.quant import quantize_checkpoint
+    from linnet.quant import import_quantized, quantize_checkpoint
 
     if len(invocation.operands) != 1:
         raise UsageError("`quantize` takes exactly one checkpoint")
     output = invocation.values.get("-o", invocation.values.get("--output"))
     if output is None:
         raise UsageError("`quantize` needs -o FILE")
+    if "--import" in invocation.flags:
+        scale = invocation.values.get("--scale-dtype")
+        names = import_quantized(invocation.operands[0], output, dtype=scale)
+        sys.stdout.write(f"imported {len(names)} quantised linears: {output}\n")
+        return EXIT_OK
     patterns = invocation.lists.get("--pattern", [])
     if not patterns:
         raise UsageError("`quantize` needs at least one --pattern GLOB")
@@ -897,6 +907,7 @@ _COMMANDS: dict[str, CommandSpec] = {
     "convert": CommandSpec(_run_convert, valued=frozenset({"-o", "--output", "--context"})),
     "quantize": CommandSpec(
         _run_quantize,
+        frozenset({"--import"}),
         valued=frozenset({"-o", "--output", "--bits", "--group", "--method", "--scale-dtype"}),
         repeated=frozenset({"--pattern"}),
     ),

@@ -212,3 +212,18 @@ def test_refusals(tmp_path: Path) -> None:
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(LinnetError, match="no `quantization_config`"):
         import_quantized(folder, out)
+
+
+def test_cli_quantize_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from linnet.cli import main
+
+    linear = Linear(np.random.default_rng(2), 16, 64, act_order=True)
+    gptq = {f"p.{k}": v for k, v in linear.gptq(v1=False).items()}
+    folder = _folder(tmp_path, quant_config("gptq-v2"), gptq)
+    out = tmp_path / "out.safetensors"
+    assert main(["quantize", str(folder), "-o", str(out), "--import", "--scale-dtype", "f32"]) == 0
+    assert "imported 1 quantised linears" in capsys.readouterr().out
+    ours = read_safetensors(out)
+    assert sorted(ours) == ["p.order", "p.scale", "p.weight", "p.zero"]
+    assert ours["p.scale"].dtype == np.float32
+    assert main(["quantize", str(tmp_path), "-o", str(out), "--import"]) == 1
