@@ -28,6 +28,7 @@ from stdlib.stdlib_support import StdCases
 import linnet.onnx
 import linnet.torch
 from linnet.errors import LinnetError
+from linnet.gguf.quantised import dequantized
 from linnet.quant import import_quantized
 from linnet.weights import read_safetensors, save_safetensors
 
@@ -152,6 +153,9 @@ def test_import_gives_the_format_weights_and_transformers_logits(tmp_path: Path,
         weight = np.empty_like(got)
         weight[:, order if order is not None else slice(None)] = got
         np.testing.assert_array_equal(weight, linears[prefix].weight.astype(np.float32))
+        # the GGUF exporter's dequantisation (for groups no block type holds) agrees
+        parts = [ours.get(f"{prefix}.{role}") for role in ("weight", "scale", "zero", "order")]
+        np.testing.assert_array_equal(dequantized("int4_groups", *parts), weight)
 
     tokens = np.random.default_rng(8).integers(0, SIZES["Vocab"], (1, 9)).astype(np.int32)
     with torch.no_grad():
