@@ -68,7 +68,8 @@ commands:
   init [DIR]                                       create a package (linnet.toml, src/lib.linnet)
   convert FOLDER [-o DIR] [--context N]            a transformers folder -> a model card (nest.toml)
   quantize WEIGHTS -o FILE --pattern GLOB... [--bits 4|8] [--group N] [--method rtn]
-          [--scale-dtype D]                        float checkpoint -> std.quant layouts
+          [--scheme int|fp8|mxfp4] [--scale-dtype D]
+                                                   float checkpoint -> std.quant layouts
   quantize FOLDER -o FILE --import [--scale-dtype D]
                                                    GPTQ / AWQ / compressed-tensors -> std.quant
   spec-test [--std DIR] DIR                        run a conformance directory
@@ -210,16 +211,19 @@ COMMAND_HELP: dict[str, str] = {
     "  -o, --output DIR  the card's folder (default: FOLDER-linnet beside it)\n"
     "  --context N       the KV cache length (default: the config's, at most 4096)\n",
     "quantize": "usage: linnet quantize WEIGHTS -o FILE --pattern GLOB... [--bits 4|8] [--group N]\n"
-    "                       [--method rtn] [--scale-dtype f32|f16|bf16]\n\n"
+    "                       [--method rtn] [--scheme int|fp8|mxfp4] [--scale-dtype f32|f16|bf16]\n\n"
     "Quantise the linear weights of a float SafeTensors checkpoint (a file, a sharded\n"
     "folder or its index) whose names match a glob into the tensors of std.quant's\n"
-    "Int4GroupLinear (bits 4) or Int8Linear (bits 8), round to nearest; every other tensor\n"
-    "is copied. The output is written atomically.\n\noptions:\n"
+    "Int4GroupLinear (bits 4) or Int8Linear (bits 8), round to nearest, or of Fp8Linear or\n"
+    "Mxfp4Linear (--scheme); every other tensor is copied. The output is written\n"
+    "atomically.\n\noptions:\n"
     "  -o, --output FILE      the SafeTensors file to write\n"
     "  --pattern GLOB         tensor names to quantise, e.g. '*_proj.weight' (repeatable)\n"
     "  --bits 4|8             int4 groups or int8 rows (default: 4)\n"
     "  --group N              inputs per int4 group (default: 128)\n"
     "  --method rtn           the quantiser (default: rtn, round to nearest)\n"
+    "  --scheme S             int (--bits, --group), fp8 (E4M3 rows, Fp8Linear) or mxfp4\n"
+    "                         (blocks of 32, Mxfp4Linear) (default: int)\n"
     "  --scale-dtype D        the int4 scales' dtype, the model's T (default: the weight's)\n"
     "  --import               FOLDER is a quantised transformers checkpoint (config.json's\n"
     "                         quantization_config: gptq, awq or compressed-tensors, 4-bit):\n"
@@ -706,8 +710,11 @@ def _run_quantize(invocation: Invocation) -> int:
         bits=numbers["--bits"],
         group=numbers["--group"],
         dtype=invocation.values.get("--scale-dtype"),
+        scheme=invocation.values.get("--scheme", "int"),
     )
-    sys.stdout.write(f"quantised {len(done)} weights to int{numbers['--bits']}: {output}\n")
+    scheme = invocation.values.get("--scheme", "int")
+    what = f"int{numbers['--bits']}" if scheme == "int" else scheme
+    sys.stdout.write(f"quantised {len(done)} weights to {what}: {output}\n")
     return EXIT_OK
 
 
@@ -908,7 +915,9 @@ _COMMANDS: dict[str, CommandSpec] = {
     "quantize": CommandSpec(
         _run_quantize,
         frozenset({"--import"}),
-        valued=frozenset({"-o", "--output", "--bits", "--group", "--method", "--scale-dtype"}),
+        valued=frozenset(
+            {"-o", "--output", "--bits", "--group", "--method", "--scale-dtype", "--scheme"}
+        ),
         repeated=frozenset({"--pattern"}),
     ),
     "nest": CommandSpec(_run_nest),
