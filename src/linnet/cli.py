@@ -71,7 +71,7 @@ commands:
           [--scheme int|fp8|mxfp4] [--scale-dtype D]
                                                    float checkpoint -> std.quant layouts
   quantize FOLDER -o FILE --import [--scale-dtype D]
-                                                   GPTQ / AWQ / compressed-tensors -> std.quant
+                                                   GPTQ / AWQ / compressed-tensors / MXFP4 -> std.quant
   spec-test [--std DIR] DIR                        run a conformance directory
   nest check CARD                                  every problem of a model card (or folder)
   serve CARD | --source FILE --weights W --tokenizer DIR [--generics FILE.json]
@@ -226,7 +226,8 @@ COMMAND_HELP: dict[str, str] = {
     "                         (blocks of 32, Mxfp4Linear) (default: int)\n"
     "  --scale-dtype D        the int4 scales' dtype, the model's T (default: the weight's)\n"
     "  --import               FOLDER is a quantised transformers checkpoint (config.json's\n"
-    "                         quantization_config: gptq, awq or compressed-tensors, 4-bit):\n"
+    "                         quantization_config: gptq or awq 4-bit, compressed-tensors\n"
+    "                         int4 / fp8 / mxfp4, gpt-oss mxfp4):\n"
     "                         its linears are converted exactly, without --pattern\n",
     "nest": "usage: linnet nest check CARD\n\n"
     "List every problem of a model card (a folder with nest.toml) at once: the card's\n"

@@ -1,4 +1,4 @@
-"""`import_quantized` on GPTQ (v1, v2, act-order) and AWQ-GEMM checkpoint folders.
+"""`import_quantized` on GPTQ (v1, v2, act-order), AWQ-GEMM and gpt-oss MXFP4 checkpoint folders.
 
 No library that defines these formats installs here without compiling CUDA
 (`gptqmodel`, `autoawq`), so the checkpoints are built here from the formats'
@@ -13,6 +13,8 @@ moved back by `order`) must give those weights exactly, and the Llama
 example with `Int4GroupLinear` projections (`lm_head` left float, as such
 checkpoints keep it) the logits of transformers' `LlamaForCausalLM` (eager)
 holding the dequantised weights, through `linnet.torch` and `load_model`.
+gpt-oss' MXFP4 experts are copied as they are and must dequantise (std body)
+to what transformers' own gpt-oss dequantiser gives.
 """
 
 from __future__ import annotations
@@ -50,6 +52,18 @@ pub entry groups<Out: Dim, G: Dim, Half: Dim, T: Float>(
     zero: Tensor[Out, G; u8],
 ) -> Tensor[Out, G * (2 * Half); T] {
     return dequantize_int4_groups(packed, scale, zero)
+}
+"""
+
+MXFP4 = """module cases
+
+use std.quant::{dequantize_mxfp4}
+
+pub entry experts<E: Dim, Out: Dim, G: Dim>(
+    blocks: Tensor[E, Out, G, 16; u8],
+    scales: Tensor[E, Out, G; u8],
+) -> Tensor[E, Out, G * 32; f32] {
+    return dequantize_mxfp4<E, Out, G, f32>(blocks, scales)
 }
 """
 
@@ -231,3 +245,29 @@ def test_cli_quantize_import(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert sorted(ours) == ["p.order", "p.scale", "p.weight", "p.zero"]
     assert ours["p.scale"].dtype == np.float32
     assert main(["quantize", str(tmp_path), "-o", str(out), "--import"]) == 1
+
+
+def test_gpt_oss_mxfp4_experts_import_as_transformers_reads_them(tmp_path: Path) -> None:
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    from linnet.quant.minifloat import mxfp4_blocks
+
+    rng = np.random.default_rng(9)
+    experts = rng.normal(0, 0.05, (3, 48, 64)).astype(np.float32)  # [E, Out, In]
+    blocks, scales = mxfp4_blocks(experts)
+    name = "model.layers.0.mlp.experts.gate_up_proj"
+    arrays = {f"{name}_blocks": blocks, f"{name}_scales": scales,
+              f"{name}_bias": np.zeros((3, 48), np.float32)}  # fmt: skip
+    folder = _folder(tmp_path, {"quant_method": "mxfp4"}, arrays)
+    out = tmp_path / "out.safetensors"
+    assert import_quantized(folder, out) == [name]
+    ours = read_safetensors(out)
+    expected = convert_moe_packed_tensors(
+        torch.from_numpy(blocks), torch.from_numpy(scales), dtype=torch.float32
+    ).transpose(1, 2)  # transformers keeps gpt-oss experts [E, In, Out]
+    cases = StdCases(MXFP4)
+    (got,) = cases.run("experts", [ours[f"{name}_blocks"], ours[f"{name}_scales"]])["numpy"]
+    np.testing.assert_array_equal(got, expected.numpy())
+    refused = _folder(tmp_path, {"quant_method": "mxfp4"}, {f"{name}_blocks": blocks})
+    with pytest.raises(LinnetError, match="has no `.*_scales`"):
+        import_quantized(refused, out)

@@ -9,12 +9,16 @@ decides the format, never the tensor names:
 | --- | --- | --- |
 | `gptq` (bits 4, `checkpoint_format` `gptq` / `gptq_v2`) | `gptq_awq.gptq_linear` | `<name>.qweight` |
 | `awq` (bits 4, `version` `gemm`) | `gptq_awq.awq_linear` | `<name>.qweight` |
-| `compressed-tensors` (`pack-quantized`) | `compressed.import_compressed` | `<name>.weight_packed` |
+| `compressed-tensors` (`pack-quantized`, `float-quantized`, `mxfp4-pack-quantized`) | `compressed.import_compressed` | `<name>.weight_packed`, E4M3 `<name>.weight` |
+| `mxfp4` (gpt-oss) | `_mxfp4_experts` | `<name>_blocks` |
 
 Out: one SafeTensors file where each quantised linear is an
 `Int4GroupLinear` (`<name>.weight`, `.scale`, `.zero`, `.order` for a GPTQ
 activation order) and every other tensor (biases, norms, embeddings, an
-unquantised `lm_head`) is copied. The scales keep their dtype (the block's
+unquantised `lm_head`) is copied. gpt-oss' MXFP4 experts (`<name>_blocks`
+u8 `[E, Out, G, 16]`, `<name>_scales` u8 `[E, Out, G]`) are already the
+layout `std.quant`'s `dequantize_mxfp4` and expert ops read: they are checked
+(pairs, dtypes, shapes) and copied under their names. The scales keep their dtype (the block's
 `T`) unless `dtype` names another.
 
 Refused with a `LinnetError`, before anything is written: no `config.json` or
@@ -73,10 +77,12 @@ def import_quantized(
     where = f"{root / 'config.json'}: quantization_config"
     if method == "compressed-tensors":
         return import_compressed(root, output, dtype=dtype)
+    if method == "mxfp4":
+        return _mxfp4_experts(open_checkpoint(root), output)
     if method not in ("gptq", "awq"):
         raise LinnetError(
             f"{where}: quant_method `{method}` is not one Linnet imports "
-            "(gptq, awq, compressed-tensors)"
+            "(gptq, awq, compressed-tensors, mxfp4)"
         )
     if quant.get("bits") != 4:
         raise LinnetError(f"{where}: bits {quant.get('bits')}; only 4-bit {method} imports")
@@ -177,3 +183,34 @@ def _plan(source: Checkpoint, prefix: str, method: str, dtype: str | None) -> Co
         if not np.array_equal(values, np.arange(width) // (width // groups)):
             produced.append((f"{prefix}.order", "i32", (width,)))
     return Conversion(consumed, produced)
+
+
+def _mxfp4_experts(source: Checkpoint, output: str | os.PathLike[str]) -> list[str]:
+    """Check gpt-oss' `*_blocks` / `*_scales` pairs and copy the checkpoint (see the module
+    docstring); returns the names (`<name>` of `<name>_blocks`)."""
+    names = sorted(n.removesuffix("_blocks") for n in source.tensors if n.endswith("_blocks"))
+    if not names:
+        raise LinnetError(f"{source.label}: no `*_blocks` tensors for quant_method `mxfp4`")
+    for name in names:
+        blocks, scales = source.tensors[f"{name}_blocks"], source.tensors.get(f"{name}_scales")
+        if scales is None:
+            raise LinnetError(f"{source.label}: `{name}_blocks` has no `{name}_scales`")
+        if (
+            blocks.dtype != "U8"
+            or scales.dtype != "U8"
+            or len(blocks.shape) < 3
+            or blocks.shape[-1] != 16
+            or blocks.shape[:-1] != scales.shape
+        ):
+            raise LinnetError(
+                f"{source.label}: `{name}_blocks` {blocks.dtype} {list(blocks.shape)} and "
+                f"`{name}_scales` {scales.dtype} {list(scales.shape)} are not MXFP4 blocks "
+                "[..., G, 16] u8 with E8M0 scales [..., G] u8"
+            )
+    rewrite_checkpoint(source, output, {}, _nothing, {"linnet.quant": "mxfp4 experts"})
+    return names
+
+
+def _nothing(prefix: str) -> dict[str, Array]:
+    """The converter of a rewrite that converts nothing (never called)."""
+    raise AssertionError(prefix)
