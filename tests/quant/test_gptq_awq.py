@@ -269,5 +269,5 @@ def test_gpt_oss_mxfp4_experts_import_as_transformers_reads_them(tmp_path: Path)
     (got,) = cases.run("experts", [ours[f"{name}_blocks"], ours[f"{name}_scales"]])["numpy"]
     np.testing.assert_array_equal(got, expected.numpy())
     refused = _folder(tmp_path, {"quant_method": "mxfp4"}, {f"{name}_blocks": blocks})
-    with pytest.raises(LinnetError, match="has no `.*_scales`"):
+    with pytest.raises(LinnetError, match=r"has no `.*_scales`"):
         import_quantized(refused, out)
