@@ -43,7 +43,9 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def quantised(tmp_path: Path, bits: int, group: int, symmetric: bool = False) -> Path:
+def quantised(
+    tmp_path: Path, bits: int, group: int, symmetric: bool = False, scheme: str = "int"
+) -> Path:
     """The quantised source (written beside) and its weights file."""
     from quant.test_quantised_llama import _module
 
@@ -53,16 +55,17 @@ def quantised(tmp_path: Path, bits: int, group: int, symmetric: bool = False) ->
     patterns = _module("quantised").PATTERNS
     quantize_checkpoint(
         tmp_path / "float.safetensors", path, patterns=patterns, bits=bits, group=group,
-        dtype="f16" if bits == 4 else None,
+        dtype="f16" if bits == 4 and scheme == "int" else None, scheme=scheme,
     )  # fmt: skip
     arrays = read_safetensors(path)
     for name, value in arrays.items():  # f16 values held as the model's T (f32), exactly
-        if bits == 4 and name.endswith(".scale"):
+        if bits == 4 and scheme == "int" and name.endswith(".scale"):
             arrays[name] = value.astype(np.float32)
         if symmetric and name.endswith(".zero"):
             arrays[name] = np.full_like(value, 8)
     save_safetensors(arrays, path)
-    (tmp_path / "q.linnet").write_text(_module("quantised").quantised_source(bits, group))
+    source = _module("quantised").quantised_source(bits, group, scheme=scheme)
+    (tmp_path / "q.linnet").write_text(source)
     return path
 
 
@@ -152,3 +155,37 @@ def test_other_groups_are_dequantised_then_written_at_the_outtype(
     qtype = tensor.tensor_type
     expected = gguf.quants.dequantize(gguf.quants.quantize(dequantised, qtype), qtype)
     np.testing.assert_array_equal(gguf.quants.dequantize(tensor.data, qtype), expected)
+
+
+def test_mxfp4_blocks_are_copied_and_fp8_dequantised(tmp_path: Path, tokenizer: Path) -> None:
+    from linnet.quant.minifloat import decode_fp8, mxfp4_values
+
+    weights = quantised(tmp_path, 4, 32, scheme="mxfp4")
+    arrays = read_safetensors(weights)
+    path, stored = export_and_read(tmp_path, weights, tokenizer, "f32")
+    for prefix, name in [("model.layers.0.self_attn.q_proj", "blk.0.attn_q.weight"),
+                         ("model.layers.1.mlp.down_proj", "blk.1.ffn_down.weight")]:  # fmt: skip
+        tensor = stored[name]
+        assert tensor.tensor_type.name == "MXFP4"
+        got = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        weight, scale = arrays[f"{prefix}.weight"], arrays[f"{prefix}.scale"]
+        expected = mxfp4_values(in_gguf_order(prefix, weight), in_gguf_order(prefix, scale))
+        np.testing.assert_array_equal(got, expected)
+    tokens = fs.tokens_of((1, 8), seed=13)
+    reference = transformers.AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, attn_implementation="eager"
+    ).eval()
+    gap = np.abs(fs.hf_logits(reference, tokens) - quantised_logits(tmp_path, weights, tokens))
+    assert gap.max() <= 1e-4
+
+    fp8 = tmp_path / "fp8"
+    fp8.mkdir()
+    weights = quantised(fp8, 4, 32, scheme="fp8")
+    arrays = read_safetensors(weights)
+    _, stored = export_and_read(fp8, weights, tokenizer, "f16")
+    tensor = stored["blk.0.ffn_gate.weight"]
+    assert tensor.tensor_type.name == "F16"  # no E4M3 in GGUF: the exact weight at the outtype
+    prefix = "model.layers.0.mlp.gate_proj"
+    exact = decode_fp8(arrays[f"{prefix}.weight"]) * arrays[f"{prefix}.scale"]
+    got = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+    np.testing.assert_array_equal(got, exact.astype(np.float16).astype(np.float32))

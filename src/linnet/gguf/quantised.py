@@ -11,16 +11,18 @@ block type holding the same integers (`ggml-common.h`):
 | `Int8Linear`, `In % 32 == 0` | `Q8_0` | f16 `d`, 32 i8 `q` | `d * q` |
 | `Int4GroupLinear`, group 32, every zero point 8 | `Q4_0` | f16 `d`, 16 bytes | `d * (q - 8)` |
 | `Int4GroupLinear`, group 32 | `Q4_1` | f16 `d`, f16 `m`, 16 bytes | `d * q + m` |
+| `Mxfp4Linear` | `MXFP4` | E8M0 `e`, 16 bytes of E2M1 | `e2m1(q) * 2^(e - 127)` |
 
 The integers are kept; only the scales are rounded, to f16 (`d = f16(scale)`;
 `m = f16(-zero * scale)`), so a checkpoint whose scales are f16 (GPTQ, AWQ,
-symmetric compressed-tensors) goes to `Q4_0` / `Q8_0` exactly. GGUF's 4-bit
+symmetric compressed-tensors) goes to `Q4_0` / `Q8_0` exactly; MXFP4 blocks
+and their scale bytes are copied (exact). GGUF's 4-bit
 blocks put element `j` of a block in the low nibble of byte `j` and element
 `j + 16` in its high nibble (ours: elements `2k`, `2k + 1` of byte `k`).
 
 Any other quantised linear (another group size, an activation order, rows
-that do not split into blocks of 32) has no block form with the same
-integers: `dequantized` gives its weight exactly as the std body computes it
+that do not split into blocks of 32, `Fp8Linear`: GGUF has no E4M3 type) has
+no block form with the same integers: `dequantized` gives its weight exactly as the std body computes it
 (f32 arithmetic), and the exporter writes that at the requested outtype.
 """
 
@@ -31,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from linnet.quant import minifloat
 from linnet.records import record
 
 Array = np.ndarray[Any, Any]
@@ -63,7 +66,12 @@ def find_quantised(arrays: Mapping[str, Array]) -> dict[str, QuantisedLinear]:
             continue
         companions = tuple(f"{prefix}.{r}" for r in ROLES if f"{prefix}.{r}" in arrays)
         zero = arrays.get(prefix + ".zero")
-        if weight.dtype == np.int8 and weight.ndim == 2 and zero is None:
+        if weight.dtype == np.uint8 and weight.ndim == 2 and scale.shape == (weight.shape[0], 1):
+            found[path] = QuantisedLinear("fp8", weight.shape, None, companions)
+        elif weight.dtype == np.uint8 and weight.ndim == 3 and scale.dtype == np.uint8:
+            out, groups, half = weight.shape
+            found[path] = QuantisedLinear("mxfp4", (out, groups * 32), "MXFP4", companions)
+        elif weight.dtype == np.int8 and weight.ndim == 2 and zero is None:
             out, width = weight.shape
             direct = "Q8_0" if width % BLOCK == 0 else None
             found[path] = QuantisedLinear("int8", (out, width), direct, companions)
@@ -82,6 +90,11 @@ def dequantized(
     kind: str, weight: Array, scale: Array, zero: Array | None, order: Array | None
 ) -> Array:
     """The f32 weight `[Out, In]` (inputs in their own order) the std body computes."""
+    if kind == "fp8":
+        fp8: Array = minifloat.decode_fp8(weight) * np.asarray(scale, np.float32)
+        return fp8
+    if kind == "mxfp4":
+        return minifloat.mxfp4_values(weight, scale)
     scale32 = np.asarray(scale).astype(np.float32)
     if kind == "int8":
         result: Array = np.asarray(weight).astype(np.float32) * scale32[:, None]
@@ -99,6 +112,11 @@ def dequantized(
 
 def block_bytes(kind: str, weight: Array, scale: Array, zero: Array | None) -> Array:
     """The GGUF bytes `[Out, In / 32 * block bytes]` of a linear whose `direct` type is set."""
+    if kind == "mxfp4":
+        codes = _nibbles(np.asarray(weight))  # [Out, G, 32]
+        packed = (codes[..., :16] | (codes[..., 16:] << 4)).astype(np.uint8)
+        mx = np.concatenate([np.asarray(scale)[..., None], packed], axis=-1)
+        return mx.reshape(codes.shape[0], -1)
     d = np.asarray(scale).astype(np.float32).astype(np.float16)
     if kind == "int8":
         out, width = weight.shape
