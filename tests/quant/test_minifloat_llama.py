@@ -22,6 +22,7 @@ import torch
 
 import linnet.onnx
 import linnet.torch
+from linnet.onnx.export.fused_quant import FOLD_MARK
 from linnet.quant import quantize_checkpoint
 from linnet.quant.minifloat import fp8_rows, mxfp4_blocks
 from linnet.weights import read_safetensors, save_safetensors
@@ -124,6 +125,11 @@ def test_quantised_llama_matches_the_dequantised_weights(tmp_path: Path, scheme:
         source, generics=GENERICS, weights=tmp_path / "q.safetensors"
     )
     got_onnx = np.asarray(onnx_model.run_entry("forward", [tokens]))
+    # decoded by lookup tables behind a fold mark: constants ONNX Runtime folds at load
+    (session,) = onnx_model.sessions
+    assert "lm_head.weight" in session.constant_paths
+    marks = [n for n in session.proto.graph.node if n.name.startswith(FOLD_MARK)]
+    assert len(marks) == 7 * GENERICS["Layers"] + 1
     quantisation_error = np.abs(exact - expected).max()
     assert quantisation_error > 1e-3
     for got in (got_torch, got_onnx):
