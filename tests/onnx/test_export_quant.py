@@ -157,8 +157,11 @@ def test_int8_activations_round_the_activations_in_both_kernels() -> None:
 def test_fp8_and_mxfp4_are_matmuls_on_weights_marked_for_folding(lead: tuple[int, ...]) -> None:
     rng = np.random.default_rng(len(lead))
     x = rng.normal(size=(*lead, 64)).astype(np.float32)
-    q = rng.integers(0, 256, (6, 64)).astype(np.uint8)
-    q[0, :4] = [0x7F, 0xFF, 0x80, 0x01]  # the NaN bytes read +-480, -0 and the least subnormal
+    # exponents 5..9 (values 0.25..3.75, no cancellation far below f32's tolerance), signed
+    q = (rng.integers(5, 10, (6, 64)) << 3 | rng.integers(0, 8, (6, 64))).astype(np.uint8)
+    q |= (rng.integers(0, 2, (6, 64)) << 7).astype(np.uint8)
+    q[0, :4] = [0x7F, 0x80, 0x01, 0x02]  # a NaN byte reads 480; -0; subnormals
+    q[1, 0] = 0xFF  # and -480
     scale = rng.uniform(0.0001, 0.001, (6, 1)).astype(np.float32)
     bias = rng.normal(size=6).astype(np.float32)
     blocks = rng.integers(0, 256, (6, 2, 16)).astype(np.uint8)
