@@ -176,7 +176,7 @@ def main() -> None:
         stored = sum(a.nbytes for a in weights.values()) - embed + 4 * cache
         dense = sum(a.nbytes for a in floats.values()) - embed + 4 * cache
         # ONNX Runtime reads int8 weights it dequantised at load, unless int8_activations
-        read = dense if name == "int8" else stored
+        read = dense if name in ("int8", "fp8", "mxfp4") else stored
         progress(f"{name}: load_model and sessions")
         model = linnet.onnx.load_model(source, generics=generics, weights=weights)
         model.prepare("prefill", [TensorType(prompt.shape, "i32"), scalar], argmax=True)
@@ -236,7 +236,8 @@ def main() -> None:
     print(f"# greedy tokens equal to linnet.onnx f32: {agree}")
     print(
         "# MB/token is what each path reads per step: linnet.torch (all precisions) and the "
-        "ONNX int8 row without int8_activations read f32 weights dequantised once at load"
+        "ONNX int8, fp8 and mxfp4 rows without int8_activations read f32 weights dequantised "
+        "once at load"
     )
     print(f"# {llama_cpp_note()}")
 
