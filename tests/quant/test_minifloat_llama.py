@@ -6,7 +6,7 @@ quantiser, written here again in f64 from the spec (shared exponent
 `floor(log2 max|w|) - 2`, nearest E2M1 value with ties to the even code,
 saturating at 6), and they decode, by transformers' gpt-oss dequantiser, to
 the weights the reference model holds. The quantised Llama source through
-`linnet.torch` and `load_model` must give the float example's logits on
+`linnet.torch`, `load_model` and `linnet.jax` (the std body) must give the float example's logits on
 those dequantised weights, within f32 rounding, while quantisation moves
 them visibly.
 """
@@ -130,9 +130,16 @@ def test_quantised_llama_matches_the_dequantised_weights(tmp_path: Path, scheme:
     assert "lm_head.weight" in session.constant_paths
     marks = [n for n in session.proto.graph.node if n.name.startswith(FOLD_MARK)]
     assert len(marks) == 7 * GENERICS["Layers"] + 1
+    pytest.importorskip("jax")
+    import linnet.jax as linnet_jax
+
+    jax_forward = linnet_jax.load_source(
+        source, generics=GENERICS, weights=tmp_path / "q.safetensors"
+    )
+    got_jax = np.asarray(jax_forward(tokens))
     quantisation_error = np.abs(exact - expected).max()
     assert quantisation_error > 1e-3
-    for got in (got_torch, got_onnx):
+    for got in (got_torch, got_onnx, got_jax):
         assert np.abs(got - expected).max() <= 2e-4 * max(1.0, np.abs(expected).max())
         assert np.abs(got - expected).max() < quantisation_error / 20
 
