@@ -219,6 +219,7 @@ def test_refusals(tmp_path: Path) -> None:
     refused(base, missing, "has no `p.qzeros`")
     refused(base, {**gptq, "p.qweight": gptq["p.qweight"].astype(np.int64)}, "not I32")
     refused(base, {**gptq, "p.scales": np.ones((3, 16), np.float16)}, "scale groups")
+    refused({**base, "group_size": 64}, gptq, "group_size is 64")
     spill = {**gptq, "p.qzeros": pack_words(np.full((2, 16), 15))}
     refused(base, spill, "nibble of 15")
     uneven = {**gptq, "p.g_idx": np.zeros(64, np.int32)}

@@ -102,7 +102,9 @@ def import_quantized(
     prefixes = sorted(n.removesuffix(".qweight") for n in source.tensors if n.endswith(".qweight"))
     if not prefixes:
         raise LinnetError(f"{source.label}: no `*.qweight` tensors for quant_method `{method}`")
-    conversions = {p: _plan(source, p, method, dtype) for p in prefixes}
+    group = quant.get("group_size")
+    declared = group if isinstance(group, int) and group > 0 else None
+    conversions = {p: _plan(source, p, method, dtype, declared) for p in prefixes}
 
     def convert(prefix: str) -> dict[str, Array]:
         names = conversions[prefix].consumed
@@ -129,8 +131,11 @@ def import_quantized(
     return prefixes
 
 
-def _plan(source: Checkpoint, prefix: str, method: str, dtype: str | None) -> Conversion:
-    """What one linear reads and writes, after checking its tensors' dtypes and shapes."""
+def _plan(
+    source: Checkpoint, prefix: str, method: str, dtype: str | None, group: int | None
+) -> Conversion:
+    """What one linear reads and writes, after checking its tensors' dtypes and shapes (and
+    the group size against config.json's `group_size`, unless that is -1: whole rows)."""
     tensors = source.tensors
     label = f"{source.label}: `{prefix}`"
     for role in ("qzeros", "scales"):
@@ -159,6 +164,11 @@ def _plan(source: Checkpoint, prefix: str, method: str, dtype: str | None) -> Co
         raise LinnetError(
             f"{label}: {groups} scale groups for {width} inputs; the group size must divide "
             "the inputs and be even"
+        )
+    if group is not None and width // groups != group:
+        raise LinnetError(
+            f"{label}: {groups} scale groups for {width} inputs, but config.json's "
+            f"group_size is {group}"
         )
     if qzeros.dtype != "I32" or qzeros.shape != (groups, (out + 7) // 8):
         raise LinnetError(
