@@ -24,8 +24,13 @@ NumPy probe in the same run (`bench/onnx_decode.py`'s). llama.cpp runs on
 GGUF files of the same weights when `llama_cpp` is importable; when it is
 not, its column is left out with a note (it is not built here).
 
+`--extra fp8,mxfp4` adds the FP8 (E4M3 rows) and MXFP4 variants
+(`quantize_checkpoint(scheme=...)`); ONNX Runtime has no kernel for them, so
+`load_model` decodes them from the bytes on every call (the std body), and
+`linnet.torch` dequantises them once.
+
     .venv/bin/python bench/quant_decode.py [--shape tinyllama|medium|small] [--layers N]
-        [--group 128] [--new 32] [--rounds 2] [--no-torch]
+        [--group 128] [--new 32] [--rounds 2] [--no-torch] [--extra fp8,mxfp4]
 """
 
 from __future__ import annotations
@@ -90,7 +95,10 @@ def llama_cpp_note() -> str:
             "llama.cpp: `llama_cpp` is not importable here (llama-cpp-python is not built), "
             "so its f32 / Q8_0 / Q4_0 columns are left out"
         )
-    return "llama.cpp: importable, but GGUF export of these layouts is not written yet: skipped"
+    return (
+        "llama.cpp: importable, but its runs are not wired into this benchmark yet "
+        "(linnet.gguf.export writes Q8_0 / Q4_0 / Q4_1 / MXFP4 from these layouts): skipped"
+    )
 
 
 def main() -> None:
@@ -105,6 +113,7 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-torch", action="store_true", help="ONNX Runtime only")
+    parser.add_argument("--extra", default="", help="comma-separated: fp8, mxfp4")
     args = parser.parse_args()
     sizes = dict(SHAPES[args.shape])
     if args.layers:
@@ -139,12 +148,19 @@ def main() -> None:
     variants: dict[str, tuple[Path, Any]] = {"f32": (SOURCE, floats)}
     quantise_s = {}
     progress(f"weights made in {made_s:.1f} s; quantising")
-    for bits, name in ((8, "int8"), (4, f"int4-g{group}")):
+    extra = [e for e in args.extra.split(",") if e]
+    for bits, name, scheme in (
+        (8, "int8", "int"),
+        (4, f"int4-g{group}", "int"),
+        *((4, e, e) for e in extra),
+    ):
         source = folder / f"{name}.linnet"
-        source.write_text(quantised.quantised_source(bits, group))
+        source.write_text(quantised.quantised_source(bits, group, scheme=scheme))
         start = time.perf_counter()
         target = folder / f"{name}.safetensors"
-        quantize_checkpoint(floats, target, patterns=quantised.PATTERNS, bits=bits, group=group)
+        quantize_checkpoint(
+            floats, target, patterns=quantised.PATTERNS, bits=bits, group=group, scheme=scheme
+        )
         quantise_s[name] = time.perf_counter() - start
         variants[name] = (source, read_safetensors(target))
 
@@ -160,7 +176,7 @@ def main() -> None:
         stored = sum(a.nbytes for a in weights.values()) - embed + 4 * cache
         dense = sum(a.nbytes for a in floats.values()) - embed + 4 * cache
         # ONNX Runtime reads int8 weights it dequantised at load, unless int8_activations
-        read = dense if name == "int8" else stored
+        read = dense if name in ("int8", "fp8", "mxfp4") else stored
         progress(f"{name}: load_model and sessions")
         model = linnet.onnx.load_model(source, generics=generics, weights=weights)
         model.prepare("prefill", [TensorType(prompt.shape, "i32"), scalar], argmax=True)
@@ -169,7 +185,7 @@ def main() -> None:
             lambda m=model: onnx_decode(m, prompt, args.new)
         ]
         labels = [("linnet.onnx (load_model)", read)]
-        if name != "f32":
+        if name in ("int8", f"int4-g{group}"):
             progress(f"{name}: load_model(int8_activations=True) and sessions")
             fast = linnet.onnx.load_model(
                 source, generics=generics, weights=weights, int8_activations=True
@@ -220,7 +236,8 @@ def main() -> None:
     print(f"# greedy tokens equal to linnet.onnx f32: {agree}")
     print(
         "# MB/token is what each path reads per step: linnet.torch (all precisions) and the "
-        "ONNX int8 row without int8_activations read f32 weights dequantised once at load"
+        "ONNX int8, fp8 and mxfp4 rows without int8_activations read f32 weights dequantised "
+        "once at load"
     )
     print(f"# {llama_cpp_note()}")
 

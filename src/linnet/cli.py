@@ -68,7 +68,10 @@ commands:
   init [DIR]                                       create a package (linnet.toml, src/lib.linnet)
   convert FOLDER [-o DIR] [--context N]            a transformers folder -> a model card (nest.toml)
   quantize WEIGHTS -o FILE --pattern GLOB... [--bits 4|8] [--group N] [--method rtn]
-          [--scale-dtype D]                        float checkpoint -> std.quant layouts
+          [--scheme int|fp8|mxfp4] [--scale-dtype D]
+                                                   float checkpoint -> std.quant layouts
+  quantize FOLDER -o FILE --import [--scale-dtype D]
+                                                   GPTQ / AWQ / compressed-tensors / MXFP4 -> std.quant
   spec-test [--std DIR] DIR                        run a conformance directory
   nest check CARD                                  every problem of a model card (or folder)
   serve CARD | --source FILE --weights W --tokenizer DIR [--generics FILE.json]
@@ -208,17 +211,24 @@ COMMAND_HELP: dict[str, str] = {
     "  -o, --output DIR  the card's folder (default: FOLDER-linnet beside it)\n"
     "  --context N       the KV cache length (default: the config's, at most 4096)\n",
     "quantize": "usage: linnet quantize WEIGHTS -o FILE --pattern GLOB... [--bits 4|8] [--group N]\n"
-    "                       [--method rtn] [--scale-dtype f32|f16|bf16]\n\n"
+    "                       [--method rtn] [--scheme int|fp8|mxfp4] [--scale-dtype f32|f16|bf16]\n\n"
     "Quantise the linear weights of a float SafeTensors checkpoint (a file, a sharded\n"
     "folder or its index) whose names match a glob into the tensors of std.quant's\n"
-    "Int4GroupLinear (bits 4) or Int8Linear (bits 8), round to nearest; every other tensor\n"
-    "is copied. The output is written atomically.\n\noptions:\n"
+    "Int4GroupLinear (bits 4) or Int8Linear (bits 8), round to nearest, or of Fp8Linear or\n"
+    "Mxfp4Linear (--scheme); every other tensor is copied. The output is written\n"
+    "atomically.\n\noptions:\n"
     "  -o, --output FILE      the SafeTensors file to write\n"
     "  --pattern GLOB         tensor names to quantise, e.g. '*_proj.weight' (repeatable)\n"
     "  --bits 4|8             int4 groups or int8 rows (default: 4)\n"
     "  --group N              inputs per int4 group (default: 128)\n"
     "  --method rtn           the quantiser (default: rtn, round to nearest)\n"
-    "  --scale-dtype D        the int4 scales' dtype, the model's T (default: the weight's)\n",
+    "  --scheme S             int (--bits, --group), fp8 (E4M3 rows, Fp8Linear) or mxfp4\n"
+    "                         (blocks of 32, Mxfp4Linear) (default: int)\n"
+    "  --scale-dtype D        the int4 scales' dtype, the model's T (default: the weight's)\n"
+    "  --import               FOLDER is a quantised transformers checkpoint (config.json's\n"
+    "                         quantization_config: gptq or awq 4-bit, compressed-tensors\n"
+    "                         int4 / fp8 / mxfp4, gpt-oss mxfp4):\n"
+    "                         its linears are converted exactly, without --pattern\n",
     "nest": "usage: linnet nest check CARD\n\n"
     "List every problem of a model card (a folder with nest.toml) at once: the card's\n"
     "fields (name, license), README.md, the source's diagnostics, the root block and its\n"
@@ -672,13 +682,18 @@ def _run_convert(invocation: Invocation) -> int:
 
 
 def _run_quantize(invocation: Invocation) -> int:
-    from linnet.quant import quantize_checkpoint
+    from linnet.quant import import_quantized, quantize_checkpoint
 
     if len(invocation.operands) != 1:
         raise UsageError("`quantize` takes exactly one checkpoint")
     output = invocation.values.get("-o", invocation.values.get("--output"))
     if output is None:
         raise UsageError("`quantize` needs -o FILE")
+    if "--import" in invocation.flags:
+        scale = invocation.values.get("--scale-dtype")
+        names = import_quantized(invocation.operands[0], output, dtype=scale)
+        sys.stdout.write(f"imported {len(names)} quantised linears: {output}\n")
+        return EXIT_OK
     patterns = invocation.lists.get("--pattern", [])
     if not patterns:
         raise UsageError("`quantize` needs at least one --pattern GLOB")
@@ -696,8 +711,11 @@ def _run_quantize(invocation: Invocation) -> int:
         bits=numbers["--bits"],
         group=numbers["--group"],
         dtype=invocation.values.get("--scale-dtype"),
+        scheme=invocation.values.get("--scheme", "int"),
     )
-    sys.stdout.write(f"quantised {len(done)} weights to int{numbers['--bits']}: {output}\n")
+    scheme = invocation.values.get("--scheme", "int")
+    what = f"int{numbers['--bits']}" if scheme == "int" else scheme
+    sys.stdout.write(f"quantised {len(done)} weights to {what}: {output}\n")
     return EXIT_OK
 
 
@@ -897,7 +915,10 @@ _COMMANDS: dict[str, CommandSpec] = {
     "convert": CommandSpec(_run_convert, valued=frozenset({"-o", "--output", "--context"})),
     "quantize": CommandSpec(
         _run_quantize,
-        valued=frozenset({"-o", "--output", "--bits", "--group", "--method", "--scale-dtype"}),
+        frozenset({"--import"}),
+        valued=frozenset(
+            {"-o", "--output", "--bits", "--group", "--method", "--scale-dtype", "--scheme"}
+        ),
         repeated=frozenset({"--pattern"}),
     ),
     "nest": CommandSpec(_run_nest),

@@ -1,11 +1,12 @@
-"""`std.quant` linears on ONNX Runtime (`MatMulNBits`, folded int8), against the body and reference.
+"""`std.quant` linears on ONNX Runtime (`MatMulNBits`, folded int8 / FP8 / MXFP4), against the body.
 
 `fused=True` turns `linear_int4_groups` (what `Int4GroupLinear` calls) into
 ONNX Runtime's weight-only kernel, and `linear_int8` (`Int8Linear`) into a
 `MatMul` on its dequantised weight marked for folding at load; the graph
 that inlines the std body (both run in ONNX Runtime) and the NumPy reference
 interpreter must agree with it. Sizes the kernel cannot take (a block that is
-not a power of two of at least 16) inline the body.
+not a power of two of at least 16) inline the body. FP8 and MXFP4 weights are
+decoded by lookup tables and folded like int8 ones.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from linnet.onnx.export.fused_quant import FOLD_MARK
 OPS = """
 module t
 
-use std.quant::{linear_int4_groups, linear_int8}
+use std.quant::{linear_fp8, linear_int4_groups, linear_int8, linear_mxfp4}
 
 pub entry four<*S: Shape, Out: Dim, G: Dim, Half: Dim>(
     x: Tensor[*S, G * (2 * Half); f32],
@@ -47,6 +48,24 @@ pub entry eight<*S: Shape, In: Dim, Out: Dim>(
     bias: Tensor[Out; f32],
 ) -> (Tensor[*S, Out; f32], Tensor[*S, Out; f32]) {
     return (linear_int8(x, weight, scale, none), linear_int8(x, weight, scale, some(bias)))
+}
+
+pub entry fp8<*S: Shape, In: Dim, Out: Dim>(
+    x: Tensor[*S, In; f32],
+    weight: Tensor[Out, In; u8],
+    scale: Tensor[Out, 1; f32],
+    bias: Tensor[Out; f32],
+) -> (Tensor[*S, Out; f32], Tensor[*S, Out; f32]) {
+    return (linear_fp8(x, weight, scale, none), linear_fp8(x, weight, scale, some(bias)))
+}
+
+pub entry mxfp4<*S: Shape, Out: Dim, G: Dim>(
+    x: Tensor[*S, G * 32; f32],
+    blocks: Tensor[Out, G, 16; u8],
+    scales: Tensor[Out, G; u8],
+    bias: Tensor[Out; f32],
+) -> (Tensor[*S, Out; f32], Tensor[*S, Out; f32]) {
+    return (linear_mxfp4(x, blocks, scales, none), linear_mxfp4(x, blocks, scales, some(bias)))
 }
 """
 
@@ -132,3 +151,22 @@ def test_int8_activations_round_the_activations_in_both_kernels() -> None:
         for a, e in zip(got, expected, strict=True):
             error = np.abs(a - e).max() / np.abs(e).max()
             assert 0 < error < 0.02, (name, error)
+
+
+@pytest.mark.parametrize("lead", [(3,), (2, 2), ()])
+def test_fp8_and_mxfp4_are_matmuls_on_weights_marked_for_folding(lead: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(len(lead))
+    x = rng.normal(size=(*lead, 64)).astype(np.float32)
+    # exponents 5..9 (values 0.25..3.75, no cancellation far below f32's tolerance), signed
+    q = (rng.integers(5, 10, (6, 64)) << 3 | rng.integers(0, 8, (6, 64))).astype(np.uint8)
+    q |= (rng.integers(0, 2, (6, 64)) << 7).astype(np.uint8)
+    q[0, :4] = [0x7F, 0x80, 0x01, 0x02]  # a NaN byte reads 480; -0; subnormals
+    q[1, 0] = 0xFF  # and -480
+    scale = rng.uniform(0.0001, 0.001, (6, 1)).astype(np.float32)
+    bias = rng.normal(size=6).astype(np.float32)
+    blocks = rng.integers(0, 256, (6, 2, 16)).astype(np.uint8)
+    scales = rng.integers(118, 132, (6, 2)).astype(np.uint8)
+    scales[0, 0] = 100  # 2^-27: the table holds every E8M0 power the body computes
+    for name, inputs in (("fp8", [x, q, scale, bias]), ("mxfp4", [x, blocks, scales, bias])):
+        kinds = _kernels(_function(name, inputs), inputs)
+        assert kinds.count("fold") == 2 and kinds.count("MatMul") == 2, name

@@ -104,7 +104,7 @@ def test_refusals(tmp_path: Path) -> None:
             import_compressed(path, out)
         assert not out.exists()
 
-    refused({"x.weight": np.ones((2, 2), np.float32)}, "not a pack-quantized checkpoint")
+    refused({"x.weight": np.ones((2, 2), np.float32)}, "not a pack-quantized")
     refused({**arrays, "p.weight_g_idx": np.zeros(64, np.int32)}, "activation order")
     eight = {**arrays, "p.weight_packed": np.zeros((8, 16), np.int32)}
     refused(eight, r"only 4-bit weights")

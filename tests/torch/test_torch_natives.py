@@ -32,7 +32,7 @@ use std.nn.cache::{write_at, write_rows, write_slots, write_span}
 use std.nn.linear::{linear}
 use std.nn.norm::{batch_norm, group_norm, layer_norm, rms_norm}
 use std.nn.softmax::{softmax}
-use std.quant::{linear_int4_groups, linear_int8}
+use std.quant::{linear_fp8, linear_int4_groups, linear_int8, linear_mxfp4}
 
 pub entry dense<*S: Shape, I: Dim, O: Dim, T: Float>(x: Tensor[*S, I; T], w: Tensor[O, I; T]) -> Tensor[*S, O; T] {
     return linear(x, w)
@@ -132,6 +132,19 @@ pub entry int4_linear<*S: Shape, Out: Dim, G: Dim, Half: Dim, T: Float>(
         linear_int4_groups(x, packed, scale, zero, none),
         linear_int4_groups(x, packed, scale, zero, some(bias)),
     )
+}
+
+pub entry fp8_linear<*S: Shape, In: Dim, Out: Dim, T: Float>(
+    x: Tensor[*S, In; T], q: Tensor[Out, In; u8], scale: Tensor[Out, 1; f32], bias: Tensor[Out; T],
+) -> (Tensor[*S, Out; T], Tensor[*S, Out; T]) {
+    return (linear_fp8(x, q, scale, none), linear_fp8(x, q, scale, some(bias)))
+}
+
+pub entry mxfp4_linear<*S: Shape, Out: Dim, G: Dim, T: Float>(
+    x: Tensor[*S, G * 32; T], blocks: Tensor[Out, G, 16; u8], scales: Tensor[Out, G; u8],
+    bias: Tensor[Out; T],
+) -> (Tensor[*S, Out; T], Tensor[*S, Out; T]) {
+    return (linear_mxfp4(x, blocks, scales, none), linear_mxfp4(x, blocks, scales, some(bias)))
 }
 
 pub entry packed<B: Dim, H: Dim, Hk: Dim, P: Dim, D: Dim, T: Float>(
@@ -382,3 +395,26 @@ def test_quantised_linears_dequantise_once(program, dtype: str) -> None:  # type
     body = natives_quant.dequantize_int4_groups(pt, st, zt, torch.float32)
     assert changed.equal(torch.nn.functional.linear(xt, body))
     assert not changed.equal(first)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_fp8_and_mxfp4_linears_dequantise_once(program, dtype: str) -> None:  # type: ignore[no-untyped-def]
+    """The FP8 / MXFP4 natives equal the std bodies, E4M3's NaN bytes (+-480) included."""
+    import torch
+
+    from linnet.torch import natives_quant
+
+    rng = np.random.default_rng(32)
+    scale = 4.0 if dtype == "bf16" else 1.0
+    x, bias = data(42, dtype, (2, 3, 64)), data(43, dtype, (5,))
+    q = rng.integers(0, 256, (5, 64)).astype(np.uint8)
+    q[0, :2] = [0x7F, 0xFF]
+    rows = rng.uniform(0.0001, 0.001, (5, 1)).astype(np.float32)
+    run_case(program, "fp8_linear", [x, q, rows, bias], [dtype, "u8", "f32", dtype],
+             "std.quant::linear_fp8", scale)  # fmt: skip
+    blocks = rng.integers(0, 256, (5, 2, 16)).astype(np.uint8)
+    scales = rng.integers(118, 130, (5, 2)).astype(np.uint8)
+    run_case(program, "mxfp4_linear", [x, blocks, scales, bias], [dtype, "u8", "u8", dtype],
+             "std.quant::linear_mxfp4", scale)  # fmt: skip
+    decoded = natives_quant.decode_fp8(torch.from_numpy(q))
+    assert decoded[0, 0] == 480 and decoded[0, 1] == -480

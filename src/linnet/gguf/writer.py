@@ -24,7 +24,11 @@ What llama.cpp expects and the transformers names do not give:
   sequence does);
 - outtypes as the converter writes them: 1-D tensors (norms, biases) stay f32;
   matrices become f16, bf16, q8_0 or q4_0 (a matrix whose rows do not split
-  into 32-element blocks falls back to f16, as llama.cpp's converter does).
+  into 32-element blocks falls back to f16, as llama.cpp's converter does);
+- `std.quant` linears (`Int8Linear`, `Int4GroupLinear`) keep their integers:
+  Q8_0, Q4_0 or Q4_1 blocks built from them whatever the outtype, or, when no
+  block type holds them (another group size, an activation order), their exact
+  dequantised weight at the outtype (`linnet.gguf.quantised`).
 
 Tensors are converted and written one at a time (the header is written first
 from shapes alone), into a temporary file renamed at the end (`linnet.atomic`).
@@ -42,6 +46,7 @@ import numpy as np
 
 from linnet.atomic import atomic_write
 from linnet.errors import LinnetError
+from linnet.gguf.quantised import QuantisedLinear, block_bytes, dequantized, find_quantised
 from linnet.hf.families import LONGROPE_PATH
 from linnet.hf.folder import BoundFamily, bind_family
 from linnet.records import record
@@ -105,14 +110,18 @@ def export(
     else:
         template = None
     names = gguf.get_tensor_name_map(arch, int(bound.generics["Layers"]))
+    linears = find_quantised(bound.arrays)
+    absorbed = {c for linear in linears.values() for c in linear.companions}
     plan = [
         (path, _gguf_name(names, path))
         for path in bound.arrays
-        if not (bound.tied and path == bound.family.head) and path != LONGROPE_PATH
+        if not (bound.tied and path == bound.family.head)
+        and path != LONGROPE_PATH
+        and path not in absorbed
     ]
     extra = _extra_tensors(bound)
     for path, gname in plan:  # the header first, from shapes and types alone
-        shape, qtype, dtype = _layout(bound, path, outtype)
+        shape, qtype, dtype = _layout(bound, path, outtype, linears)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         writer.add_tensor_info(gname, shape, dtype, nbytes, raw_dtype=qtype)
     for gname, array in extra.items():
@@ -127,7 +136,7 @@ def export(
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         for path, _ in plan:
-            writer.write_tensor_data(_data(bound, path, outtype))
+            writer.write_tensor_data(_data(bound, path, outtype, linears))
             release_mapped(bound.arrays[path])
         for array in extra.values():
             writer.write_tensor_data(array)
@@ -224,12 +233,21 @@ def permute_rows(weights: np.ndarray, heads: int) -> np.ndarray:
     )
 
 
-def _layout(bound: BoundFamily, path: str, outtype: str) -> tuple[tuple[int, ...], Any, Any]:
+def _layout(
+    bound: BoundFamily, path: str, outtype: str, linears: Mapping[str, QuantisedLinear]
+) -> tuple[tuple[int, ...], Any, Any]:
     """(stored shape, GGML type or None for a plain NumPy dtype, NumPy dtype) of `path`."""
     import gguf
 
     shape = tuple(bound.arrays[path].shape)
-    if bound.family.name == "gpt2" and path.endswith(_CONV1D):
+    linear = linears.get(path)
+    if linear is not None:
+        if linear.direct is not None:
+            qtype = getattr(gguf.GGMLQuantizationType, linear.direct)
+            byte_shape = tuple(gguf.quant_shape_to_byte_shape(linear.shape, qtype))
+            return byte_shape, qtype, np.dtype(np.uint8)
+        shape = linear.shape
+    elif bound.family.name == "gpt2" and path.endswith(_CONV1D):
         shape = shape[::-1]
     if len(shape) < 2 or outtype == "f32":
         return shape, None, np.dtype(np.float32)
@@ -244,23 +262,47 @@ def _layout(bound: BoundFamily, path: str, outtype: str) -> tuple[tuple[int, ...
     return tuple(gguf.quant_shape_to_byte_shape(shape, qtype)), qtype, np.dtype(np.uint8)
 
 
-def _data(bound: BoundFamily, path: str, outtype: str) -> np.ndarray:
+def _data(
+    bound: BoundFamily, path: str, outtype: str, linears: Mapping[str, QuantisedLinear]
+) -> np.ndarray:
     """The bytes to store for `path`, as `_layout` describes them."""
     import gguf
 
-    array = np.asarray(bound.arrays[path], dtype=np.float32)
-    if bound.family.name == "gpt2" and path.endswith(_CONV1D):
-        array = array.T
-    if bound.family.name == "llama":
-        if ".self_attn.q_proj." in path:
-            array = permute_rows(array, int(bound.generics["Heads"]))
-        elif ".self_attn.k_proj." in path:
-            array = permute_rows(array, int(bound.generics["KvHeads"]))
+    linear = linears.get(path)
+    if linear is not None:
+        prefix = path.removesuffix(".weight")
+        scale, zero, order = (bound.arrays.get(f"{prefix}.{r}") for r in ("scale", "zero", "order"))
+        assert scale is not None
+        if linear.direct is not None:
+            blocks = block_bytes(
+                linear.kind,
+                _llama_rows(bound, path, np.asarray(bound.arrays[path])),
+                _llama_rows(bound, path, np.asarray(scale)),
+                None if zero is None else _llama_rows(bound, path, np.asarray(zero)),
+            )
+            return np.ascontiguousarray(blocks)
+        array = dequantized(linear.kind, bound.arrays[path], scale, zero, order)
+        array = _llama_rows(bound, path, array)
+    else:
+        array = np.asarray(bound.arrays[path], dtype=np.float32)
+        if bound.family.name == "gpt2" and path.endswith(_CONV1D):
+            array = array.T
+        array = _llama_rows(bound, path, array)
     array = np.ascontiguousarray(array)
-    _, qtype, dtype = _layout(bound, path, outtype)
+    _, qtype, dtype = _layout(bound, path, outtype, linears)
     if qtype is None:
         return array.astype(dtype, copy=False)
     return np.asarray(gguf.quants.quantize(array, qtype))
+
+
+def _llama_rows(bound: BoundFamily, path: str, array: np.ndarray) -> np.ndarray:
+    """`array` (rows = the outputs of `path`'s linear) in llama.cpp's Q/K row order."""
+    if bound.family.name == "llama":
+        if ".self_attn.q_proj." in path:
+            return permute_rows(array, int(bound.generics["Heads"]))
+        if ".self_attn.k_proj." in path:
+            return permute_rows(array, int(bound.generics["KvHeads"]))
+    return array
 
 
 def _add_metadata(writer: Any, bound: BoundFamily, name: str, outtype: str) -> None:

@@ -11,11 +11,15 @@ section 20), under the paths that block declares:
 | --- | --- | --- |
 | 4 | `Int4GroupLinear<In, Out, group, T>` | `<name>.weight` u8 `[Out, In/group, group/2]`, `<name>.scale` `[Out, In/group]` (dtype `T`), `<name>.zero` u8 `[Out, In/group]` |
 | 8 | `Int8Linear<In, Out, T>` | `<name>.weight` i8 `[Out, In]`, `<name>.scale` f32 `[Out]` |
+| `fp8` | `Fp8Linear<In, Out, T>` | `<name>.weight` u8 `[Out, In]` (E4M3FN), `<name>.scale` f32 `[Out, 1]` |
+| `mxfp4` | `Mxfp4Linear<In, Out, T>` | `<name>.weight` u8 `[Out, In/32, 16]`, `<name>.scale` u8 `[Out, In/32]` (E8M0) |
 
 Every other tensor (biases, norms, embeddings, unmatched weights) is copied
 unchanged, so a source that swaps `Linear` for the quantised block binds the
 file as it bound the float one. The quantisers are `linnet.quant.rtn`
-(round-to-nearest; the 4-bit one is ONNX Runtime's, bit for bit).
+(round-to-nearest; the 4-bit one is ONNX Runtime's, bit for bit) and
+`linnet.quant.minifloat` (FP8 rows, the OCP MX quantiser for MXFP4), chosen
+by `scheme` (`int`: `bits` 4 or 8; `fp8`; `mxfp4`).
 
 Streamed: the output is written tensor by tensor from the memory-mapped
 input (`save_safetensors_streamed`), atomically; only the (small) quantised
@@ -30,17 +34,19 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from linnet.errors import LinnetError
-from linnet.quant import rtn
+from linnet.quant import minifloat, rtn
+from linnet.quant.minifloat import MX_BLOCK
+from linnet.quant.rewrite import Conversion, rewrite_checkpoint
 from linnet.weights.checkpoint import CheckpointSource, open_checkpoint
-from linnet.weights.safetensors import NUMPY_DTYPES, release_mapped, save_safetensors_streamed
+from linnet.weights.safetensors import NUMPY_DTYPES, release_mapped
 
 METHODS = ("rtn",)
+SCHEMES = ("int", "fp8", "mxfp4")
 BITS = (4, 8)
 FLOATS = ("f16", "bf16", "f32", "f64")
 SCALE_DTYPES = ("f16", "bf16", "f32")
@@ -57,18 +63,22 @@ def quantize_checkpoint(
     bits: int = 4,
     group: int = 128,
     dtype: str | None = None,
+    scheme: str = "int",
 ) -> list[str]:
     """Quantise the `.weight` tensors whose names match any glob in `patterns`; returns
     the names of the weights quantised (see the module docstring).
 
-    `dtype` is the 4-bit scales' dtype (the block's `T`); by default the weight's
-    own float dtype (f64 weights give f32 scales). 8-bit scales are always f32.
+    `scheme` is `int` (`bits` and `group` apply), `fp8` or `mxfp4`. `dtype` is the
+    4-bit scales' dtype (the block's `T`); by default the weight's own float dtype
+    (f64 weights give f32 scales). 8-bit and FP8 scales are always f32.
     """
     if method not in METHODS:
         raise LinnetError(f"quantize: unknown method `{method}` (known: {', '.join(METHODS)})")
+    if scheme not in SCHEMES:
+        raise LinnetError(f"quantize: unknown scheme `{scheme}` (known: {', '.join(SCHEMES)})")
     if bits not in BITS:
         raise LinnetError(f"quantize: bits must be 4 or 8, not {bits}")
-    if bits == 4 and (group <= 0 or group % 2):
+    if scheme == "int" and bits == 4 and (group <= 0 or group % 2):
         raise LinnetError(f"quantize: the group must be a positive even size, not {group}")
     if dtype is not None and dtype not in SCALE_DTYPES:
         raise LinnetError(
@@ -78,17 +88,9 @@ def quantize_checkpoint(
         raise LinnetError("quantize: no patterns given (globs over parameter paths)")
     source = open_checkpoint(weights)
     chosen = _matched(source.label, list(source.tensors), patterns)
-    layout: list[tuple[str, str, tuple[int, ...]]] = []
-    produced: dict[str, str] = {}  # output name -> the weight it comes from
-    for name, stored in source.tensors.items():
-        if name not in chosen:
-            if stored.linnet_dtype is None:
-                raise LinnetError(
-                    f"{source.label}: tensor `{name}` has dtype {stored.dtype}, which Linnet "
-                    "cannot copy; leave it out of the checkpoint"
-                )
-            layout.append((name, stored.linnet_dtype, stored.shape))
-            continue
+    conversions: dict[str, Conversion] = {}
+    for name in sorted(chosen):
+        stored = source.tensors[name]
         kind = stored.linnet_dtype
         if kind not in FLOATS or len(stored.shape) != 2:
             raise LinnetError(
@@ -98,14 +100,21 @@ def quantize_checkpoint(
             )
         out, width = stored.shape
         prefix = name.removesuffix(".weight")
-        if bits == 8:
+        block = MX_BLOCK if scheme == "mxfp4" else group
+        if (scheme == "mxfp4" or (scheme == "int" and bits == 4)) and width % block:
+            raise LinnetError(
+                f"{source.label}: `{name}` has {width} inputs per row, which the group "
+                f"size {block} does not divide; pick a group that divides {width}"
+            )
+        tensors: list[tuple[str, str, tuple[int, ...]]]
+        if scheme == "fp8":
+            tensors = [("weight", "u8", (out, width)), ("scale", "f32", (out, 1))]
+        elif scheme == "mxfp4":
+            blocks = width // MX_BLOCK
+            tensors = [("weight", "u8", (out, blocks, 16)), ("scale", "u8", (out, blocks))]
+        elif bits == 8:
             tensors = [("weight", "i8", (out, width)), ("scale", "f32", (out,))]
         else:
-            if width % group:
-                raise LinnetError(
-                    f"{source.label}: `{name}` has {width} inputs per row, which the group "
-                    f"size {group} does not divide; pick a group that divides {width}"
-                )
             scale = dtype or ("f32" if kind == "f64" else kind)
             groups = width // group
             tensors = [
@@ -113,47 +122,38 @@ def quantize_checkpoint(
                 ("scale", scale, (out, groups)),
                 ("zero", "u8", (out, groups)),
             ]
-        for role, kind_out, shape in tensors:
-            target = f"{prefix}.{role}"
-            if target != name and target in source.tensors:
-                raise LinnetError(
-                    f"{source.label}: quantising `{name}` writes `{target}`, which the "
-                    "checkpoint already has"
-                )
-            produced[target] = name
-            layout.append((target, kind_out, shape))
-    pending: dict[str, Array] = {}
+        produced = [(f"{prefix}.{role}", k, shape) for role, k, shape in tensors]
+        conversions[name] = Conversion([name], produced)
 
-    def load(target: str) -> Array:
-        name = produced.get(target)
-        if name is None:
-            return source.load(target)
-        if target not in pending:
-            prefix = name.removesuffix(".weight")
-            stored = source.load(name)
-            for key, value in _quantize(stored, bits, group, layout, prefix).items():
-                pending[f"{prefix}.{key}"] = value
-            release_mapped(stored)
-        return pending.pop(target)
+    def convert(name: str) -> dict[str, Array]:
+        prefix = name.removesuffix(".weight")
+        stored = source.load(name)
+        kinds = {n: k for n, k, _ in conversions[name].produced}
+        arrays = _quantize(stored, scheme, bits, group)
+        release_mapped(stored)
+        return {
+            f"{prefix}.{role}": value.astype(NUMPY_DTYPES[kinds[f"{prefix}.{role}"]])
+            for role, value in arrays.items()
+        }
 
-    metadata = {"linnet.quant": f"{method} int{bits}" + (f" group {group}" if bits == 4 else "")}
-    save_safetensors_streamed(Path(output), layout, load, metadata)
+    label = {"int": f"int{bits}" + (f" group {group}" if bits == 4 else ""), "fp8": "fp8 e4m3",
+             "mxfp4": "mxfp4"}[scheme]  # fmt: skip
+    rewrite_checkpoint(source, output, conversions, convert, {"linnet.quant": f"{method} {label}"})
     return sorted(chosen)
 
 
-def _quantize(
-    weight: Array,
-    bits: int,
-    group: int,
-    layout: list[tuple[str, str, tuple[int, ...]]],
-    prefix: str,
-) -> dict[str, Array]:
+def _quantize(weight: Array, scheme: str, bits: int, group: int) -> dict[str, Array]:
+    if scheme == "fp8":
+        q, scale = minifloat.fp8_rows(weight)
+        return {"weight": q, "scale": scale}
+    if scheme == "mxfp4":
+        blocks, scales = minifloat.mxfp4_blocks(weight)
+        return {"weight": blocks, "scale": scales}
     if bits == 8:
         q, scale = rtn.int8_rows(weight)
         return {"weight": q, "scale": scale}
     packed, scale, zero = rtn.int4_groups(weight, group)
-    scale_dtype = next(kind for name, kind, _ in layout if name == f"{prefix}.scale")
-    return {"weight": packed, "scale": scale.astype(NUMPY_DTYPES[scale_dtype]), "zero": zero}
+    return {"weight": packed, "scale": scale, "zero": zero}
 
 
 def _matched(label: str, names: list[str], patterns: Sequence[str]) -> set[str]:

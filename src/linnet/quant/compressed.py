@@ -20,6 +20,9 @@ points' nibbles as stored (packed the same way, along `Out`, also plus 8). The s
 kept in their dtype (the block's `T`) unless `dtype` says otherwise. Checked
 against compressed-tensors' own `decompress` (tests/quant/test_compressed.py).
 
+FP8 (`float-quantized`) and MXFP4 (`mxfp4-pack-quantized`) linears in the same
+checkpoint become `Fp8Linear` / `Mxfp4Linear` (`linnet.quant.compressed_floats`).
+
 Refused with a `LinnetError`, before anything is written: another bit width,
 an activation order (`weight_g_idx`), a group that does not divide a row or
 is odd, missing or misshapen companions.
@@ -28,14 +31,15 @@ is odd, missing or misshapen companions.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from linnet.errors import LinnetError
+from linnet.quant import compressed_floats as floats
+from linnet.quant.rewrite import Conversion, rewrite_checkpoint
 from linnet.weights.checkpoint import Checkpoint, CheckpointSource, open_checkpoint
-from linnet.weights.safetensors import NUMPY_DTYPES, release_mapped, save_safetensors_streamed
+from linnet.weights.safetensors import NUMPY_DTYPES, release_mapped
 
 Array = np.ndarray[Any, Any]
 PACKED = ".weight_packed"
@@ -53,53 +57,48 @@ def import_compressed(
             f"import: the scale dtype must be one of {', '.join(SCALE_DTYPES)}, not `{dtype}`"
         )
     source = open_checkpoint(weights)
-    prefixes = sorted(n.removesuffix(PACKED) for n in source.tensors if n.endswith(PACKED))
-    if not prefixes:
+    fp8, mxfp4 = floats.fp8_prefixes(source), floats.mxfp4_prefixes(source)
+    prefixes = sorted(
+        n.removesuffix(PACKED)
+        for n in source.tensors
+        if n.endswith(PACKED) and n.removesuffix(PACKED) not in mxfp4
+    )
+    if not prefixes and not fp8 and not mxfp4:
         raise LinnetError(
-            f"{source.label}: no `*{PACKED}` tensors (not a pack-quantized checkpoint)"
+            f"{source.label}: no `*{PACKED}` and no E4M3 `*.weight` tensors (not a "
+            "pack-quantized, float-quantized or mxfp4-pack-quantized checkpoint)"
         )
-    layout: list[tuple[str, str, tuple[int, ...]]] = []
-    produced: dict[str, str] = {}
-    consumed: set[str] = set()
+    conversions: dict[str, Conversion] = {}
+    conversions.update({p: floats.plan_fp8(source, p) for p in fp8})
+    conversions.update({p: floats.plan_mxfp4(source, p) for p in mxfp4})
     for prefix in prefixes:
         out, width, groups, scale_dtype = _check(source, prefix)
-        for suffix in (PACKED, *COMPANIONS):
-            consumed.add(prefix + suffix)
-        for role, kind, shape in (
-            ("weight", "u8", (out, groups, width // groups // 2)),
-            ("scale", dtype or scale_dtype, (out, groups)),
-            ("zero", "u8", (out, groups)),
-        ):
-            target = f"{prefix}.{role}"
-            if target in source.tensors:
-                raise LinnetError(
-                    f"{source.label}: converting `{prefix}` writes `{target}`, which the "
-                    "checkpoint already has"
-                )
-            produced[target] = prefix
-            layout.append((target, kind, shape))
-    for name, stored in source.tensors.items():
-        if name in consumed:
-            continue
-        if stored.linnet_dtype is None:
-            raise LinnetError(
-                f"{source.label}: tensor `{name}` has dtype {stored.dtype}, which Linnet cannot copy"
-            )
-        layout.append((name, stored.linnet_dtype, stored.shape))
-    kinds = {name: kind for name, kind, _ in layout}
-    pending: dict[str, Array] = {}
+        kind = dtype or scale_dtype
+        conversions[prefix] = Conversion(
+            [
+                prefix + suffix
+                for suffix in (PACKED, *COMPANIONS)
+                if prefix + suffix in source.tensors
+            ],
+            [
+                (f"{prefix}.weight", "u8", (out, groups, width // groups // 2)),
+                (f"{prefix}.scale", kind, (out, groups)),
+                (f"{prefix}.zero", "u8", (out, groups)),
+            ],
+        )
 
-    def load(target: str) -> Array:
-        prefix = produced.get(target)
-        if prefix is None:
-            return source.load(target)
-        if target not in pending:
-            converted = _convert(source, prefix, kinds[f"{prefix}.scale"])
-            pending.update({f"{prefix}.{role}": value for role, value in converted.items()})
-        return pending.pop(target)
+    def convert(prefix: str) -> dict[str, Array]:
+        if prefix in fp8:
+            return floats.convert_fp8(source, prefix)
+        if prefix in mxfp4:
+            return floats.convert_mxfp4(source, prefix)
+        scale_dtype = conversions[prefix].produced[1][1]
+        return {f"{prefix}.{role}": v for role, v in _convert(source, prefix, scale_dtype).items()}
 
-    save_safetensors_streamed(Path(output), layout, load, {"linnet.quant": "pack-quantized int4"})
-    return prefixes
+    forms = [name for name, found in (("pack-quantized int4", prefixes), ("float-quantized fp8",
+             fp8), ("mxfp4-pack-quantized", mxfp4)) if found]  # fmt: skip
+    rewrite_checkpoint(source, output, conversions, convert, {"linnet.quant": ", ".join(forms)})
+    return sorted([*prefixes, *fp8, *mxfp4])
 
 
 def _check(source: Checkpoint, prefix: str) -> tuple[int, int, int, str]:

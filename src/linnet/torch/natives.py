@@ -23,7 +23,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.norm::batch_norm` | `F.batch_norm(training=False)` on f32, cast to `T` |
 | `std.nn.norm::group_norm` | `F.group_norm` on f32 (no affine), cast to `T`, then the per-channel affine in `T` |
 | `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 |
-| `std.quant::linear_int8`, `linear_int4_groups` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
+| `std.quant::linear_int8`, `linear_int4_groups`, `linear_fp8`, `linear_mxfp4` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.nn.loss::linear_token_log_probs`, `linear_cross_entropy` | row blocks that never hold the `[N, V]` logits (`linnet.torch.chunked_loss`) |
 | `std.nn.cache::write_at` | `index_copy` of the one row (out of place) |
 | `std.nn.cache::write_span` at a constant position | the cache slices and the span, concatenated |
@@ -63,7 +63,7 @@ from linnet.ir.core import FLOAT_DTYPES, Op, TensorType
 from linnet.records import record
 from linnet.torch import chunked_loss
 from linnet.torch.dtypes import storage
-from linnet.torch.natives_quant import linear_int4_groups, linear_int8
+from linnet.torch.natives_quant import linear_fp8, linear_int4_groups, linear_int8, linear_mxfp4
 from linnet.torch.ops import Context, Kernel
 
 MASKED_SCORE = -1e30
@@ -742,6 +742,10 @@ FINDERS: dict[str, Finder] = {
     "std.quant::linear_int8": _find_quantised_linear("std.quant::linear_int8", linear_int8, (3, 4)),
     "std.quant::linear_int4_groups": _find_quantised_linear(
         "std.quant::linear_int4_groups", linear_int4_groups, (4, 5)
+    ),
+    "std.quant::linear_fp8": _find_quantised_linear("std.quant::linear_fp8", linear_fp8, (3, 4)),
+    "std.quant::linear_mxfp4": _find_quantised_linear(
+        "std.quant::linear_mxfp4", linear_mxfp4, (3, 4)
     ),
     "std.nn.cache::write_rows": find_write_rows,
     "std.nn.cache::write_slots": find_write_slots,

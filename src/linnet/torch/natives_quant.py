@@ -1,8 +1,8 @@
 """`std.quant`'s linears on PyTorch: the weight dequantised once, then `F.linear`.
 
 Stage: kernels behind the `natives` finders for `std.quant::linear_int8` and
-`std.quant::linear_int4_groups` (generated code calls them as
-`natives.linear_int8` / `natives.linear_int4_groups`).
+`std.quant::linear_int4_groups`, `linear_fp8` and `linear_mxfp4` (generated
+code calls them as `natives.linear_int8` ...).
 
 PyTorch's CPU weight-only kernels compute these functions
 (`aten._weight_int8pack_mm`: `(x @ q^T) * scale`; `_weight_int4pack_mm_for_cpu`
@@ -10,8 +10,10 @@ after a repack to its `(q - 8) * s + z` form), but measured at batch 1 on a
 5632 x 2048 weight here they took 49-58 ms (int8) and 67-80 ms (int4)
 against 11-13 ms for `F.linear` on the f32 weight. So each quantised weight
 is dequantised once, exactly as the std body does it (`f32(q) * scale`, or
-`(f32(q) - f32(zero)) * f32(scale)`, cast to `T`), kept, and every call is
-`F.linear`: the body's numbers at f32 speed, for f32 memory.
+`(f32(q) - f32(zero)) * f32(scale)`, cast to `T`; FP8 and MXFP4 decoded with
+the body's integer arithmetic, so E4M3's NaN bytes read +-480 as there),
+kept, and every call is `F.linear`: the body's numbers at f32 speed, for f32
+memory.
 
 The dequantised weight is cached per packed tensor (it goes with the model)
 and recomputed when the packed tensor, its scale or zero points are replaced
@@ -83,3 +85,45 @@ def linear_int4_groups(
 ) -> torch.Tensor:
     make = lambda: dequantize_int4_groups(packed, scale, zero, x.dtype)  # noqa: E731
     return F.linear(x, _cached(packed, (scale, zero), make), bias)
+
+
+def decode_fp8(bits: torch.Tensor) -> torch.Tensor:
+    """E4M3FN bytes to f32 as `std.quant::decode_fp8` (integer arithmetic, no NaN)."""
+    b = bits.to(torch.int32)
+    e, m = (b >> 3) & 15, b & 7
+    units = torch.where(e == 0, 2 * m, (8 + m) << e)
+    magnitude = units.to(torch.float32) * 2.0**-10
+    return torch.where((b >> 7) == 1, -magnitude, magnitude)
+
+
+def dequantize_fp8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return (decode_fp8(q) * scale).to(dtype)
+
+
+_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def dequantize_mxfp4(
+    blocks: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    """`[Out, G, 16]` blocks and E8M0 bytes `[Out, G]` -> `[Out, G * 32]`, as the std body."""
+    rows, groups, _ = blocks.shape
+    codes = torch.stack([blocks & 15, blocks >> 4], dim=-1).reshape(rows, groups, 32)
+    values = torch.tensor(_E2M1, dtype=torch.float32, device=blocks.device)[codes.long()]
+    exponent = (scales.to(torch.int32) - 127).clamp(-62, 62)
+    power = torch.ldexp(torch.ones_like(exponent, dtype=torch.float32), exponent)
+    return (values * power.unsqueeze(-1)).reshape(rows, groups * 32).to(dtype)
+
+
+def linear_fp8(
+    x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    weight = _cached(q, (scale,), lambda: dequantize_fp8(q, scale, x.dtype))
+    return F.linear(x, weight, bias)
+
+
+def linear_mxfp4(
+    x: torch.Tensor, blocks: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    weight = _cached(blocks, (scales,), lambda: dequantize_mxfp4(blocks, scales, x.dtype))
+    return F.linear(x, weight, bias)

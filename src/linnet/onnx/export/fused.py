@@ -42,7 +42,7 @@ from linnet.onnx.export.fused_native import (
     native_gelu_tanh,
     native_layer_norm,
 )
-from linnet.onnx.export.fused_quant import fuse_int4_groups, fuse_int8
+from linnet.onnx.export.fused_quant import fuse_fp8, fuse_int4_groups, fuse_int8, fuse_mxfp4
 from linnet.onnx.export.fused_rope import fuse_rope
 from linnet.onnx.export.graph import Emitter
 
@@ -102,6 +102,8 @@ FUSED: dict[str, Finder] = {
     "std.nn.attention::grouped_attention": fuse_attention,
     "std.quant::linear_int4_groups": fuse_int4_groups,
     "std.quant::linear_int8": fuse_int8,
+    "std.quant::linear_fp8": fuse_fp8,
+    "std.quant::linear_mxfp4": fuse_mxfp4,
 }
 STANDARD = frozenset(
     {

@@ -25,6 +25,12 @@ Stage: finders registered in `fused` (`fused=True`, CPU provider, f32).
   first of 64, 128, 16 that divides `In`), int8 dot products (0.1 ms against
   0.5 ms for the f32 `MatMul` of a 2816 x 1024 weight).
 - `int8_activations` also sets the int4 kernel's `accuracy_level=4`.
+- `linear_fp8(x, weight, scale, bias)` and `linear_mxfp4(x, blocks, scales,
+  bias)`: ONNX Runtime has no kernel for E4M3 or MXFP4 weights, so they are
+  folded like int8: the weight is decoded by lookup tables of the std
+  decoders' exact values (`Gather` of the 256 E4M3 bytes; of the 16 E2M1
+  codes after `BitShift` / `BitwiseAnd` on the u8 bytes, times a `Gather` of
+  the 256 E8M0 powers), behind a `FOLD_MARK` `Identity`, then a `MatMul`.
 
 The 4-bit block size must be a power of two of at least 16 (the kernel's
 requirement); other sizes, other dtypes, and rank-0 inputs inline the body.
@@ -43,6 +49,7 @@ from onnx import helper
 
 from linnet.ir.core import Op, Value
 from linnet.onnx.export.graph import Emitter
+from linnet.quant.minifloat import decode_e2m1, decode_e8m0, decode_fp8
 
 DOMAIN = "com.microsoft"
 OP_TYPE = "MatMulNBits"
@@ -152,6 +159,62 @@ def fuse_int8(em: Emitter, op: Op) -> Sequence[str] | None:
     out = em.one("MatMul", [a, em.one("Transpose", [marked], {"perm": [1, 0]})])
     if bias is not None:
         out = em.one("Add", [out, em.name(bias)])
+    if not lead:
+        out = em.one("Reshape", [out, em.ints([rows])])
+    return [out]
+
+
+def fuse_fp8(em: Emitter, op: Op) -> Sequence[str] | None:
+    """`linear_fp8` as a `MatMul` on the weight decoded by a 256-entry table, folded at load."""
+    if len(op.operands) not in (3, 4):
+        return None
+    x, weight, scale = op.operands[:3]
+    rows, width = em.shape_of(weight)
+    if not (isinstance(rows, int) and isinstance(width, int)) or rows == 0 or width == 0:
+        return None
+    table = em.const(decode_fp8(np.arange(256, dtype=np.uint8)), "f32")
+    values = em.one("Gather", [table, em.cast(em.name(weight), "u8", "i32")])
+    dequantised = em.one("Mul", [values, em.name(scale)])
+    return _folded_matmul(em, x, dequantised, rows, width, op.operands[3:])
+
+
+def fuse_mxfp4(em: Emitter, op: Op) -> Sequence[str] | None:
+    """`linear_mxfp4` as a `MatMul` on the weight decoded by tables (E2M1 codes, E8M0 powers),
+    folded at load."""
+    if len(op.operands) not in (3, 4):
+        return None
+    x, blocks, scales = op.operands[:3]
+    rows, groups, _ = em.shape_of(blocks)
+    if not (isinstance(rows, int) and isinstance(groups, int)) or rows == 0 or groups == 0:
+        return None
+    packed = em.name(blocks)
+    low = em.one("BitwiseAnd", [packed, em.const(np.uint8(15), "u8")])
+    high = em.one("BitShift", [packed, em.const(np.uint8(4), "u8")], {"direction": "RIGHT"})
+    pairs = em.one("Concat", [em.one("Unsqueeze", [c, em.ints([3])]) for c in (low, high)],
+                   {"axis": 3})  # fmt: skip
+    codes = em.one("Reshape", [pairs, em.ints([rows, groups, 32])])
+    e2m1 = em.const(decode_e2m1(np.arange(16, dtype=np.uint8)), "f32")
+    values = em.one("Gather", [e2m1, em.cast(codes, "u8", "i32")])
+    e8m0 = em.const(decode_e8m0(np.arange(256, dtype=np.uint8)), "f32")
+    powers = em.one("Gather", [e8m0, em.cast(em.name(scales), "u8", "i32")])
+    scaled = em.one("Mul", [values, em.one("Unsqueeze", [powers, em.ints([2])])])
+    dequantised = em.one("Reshape", [scaled, em.ints([rows, groups * 32])])
+    return _folded_matmul(em, x, dequantised, rows, groups * 32, op.operands[3:])
+
+
+def _folded_matmul(
+    em: Emitter, x: Value, dequantised: str, rows: int, width: int, bias: Sequence[Value]
+) -> Sequence[str] | None:
+    """`x @ dequantised^T (+ bias)`, the weight behind a `FOLD_MARK` `Identity`."""
+    found = _activation(em, x, width)
+    if found is None:
+        return None
+    a, lead = found
+    marked = em.fresh(FOLD_MARK)
+    em.scope.nodes.append(helper.make_node("Identity", [dequantised], [marked], name=marked))
+    out = em.one("MatMul", [a, em.one("Transpose", [marked], {"perm": [1, 0]})])
+    if bias:
+        out = em.one("Add", [out, em.name(bias[0])])
     if not lead:
         out = em.one("Reshape", [out, em.ints([rows])])
     return [out]
