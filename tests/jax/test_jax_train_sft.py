@@ -3,8 +3,9 @@
 20 AdamW steps (4 outside `make test-slow`) of the Llama example (tests/decoder_cases.py,
 2 layers, H = 32, f32) over packed batches: the JAX run (optax's adamw, one
 jitted step) and the PyTorch run (torch's AdamW) give the same losses to
-1e-5 relative at every step and the same parameters at the end. The GPT-2
-example checks its tied head trains as one parameter. On a one-layer Llama:
+1e-5 relative at every step and the same parameters at the end (the GPT-2
+example too, a slow check). On a one-layer Llama: a head tied to the
+embedding by bindings trains as one parameter, as on PyTorch;
 accumulation equals whole batches, `trainable` globs freeze the rest, and
 bf16 weights train through f32 masters.
 """
@@ -20,9 +21,11 @@ import pytest
 import torch
 from decoder_cases import Decoder, gpt2, llama
 from jax_train_support import (
+    LLAMA,
     examples,
     small_batches,
     small_examples,
+    small_generics,
     small_model,
     small_weights,
     torch_model,
@@ -42,7 +45,7 @@ def jax_model(decoder: Decoder) -> Any:
     )
 
 
-def compare(decoder: Decoder, steps: int) -> None:
+def compare(decoder: Decoder, steps: int) -> dict[str, Any]:
     batches = list(pack(examples(decoder.vocab, 80, seed=11), 32))
     params, history = train(
         jax_model(decoder), batches, optimizer=optax.adamw(3e-3, weight_decay=0.01), steps=steps
@@ -60,9 +63,15 @@ def compare(decoder: Decoder, steps: int) -> None:
     norms = [s.grad_norm for s in history.steps]
     assert norms == pytest.approx([s.grad_norm for s in expected.steps], rel=1e-4)
     for name, value in model.named_parameters():
-        np.testing.assert_allclose(
-            np.asarray(params[name]), value.detach().numpy(), rtol=1e-5, atol=1e-5, err_msg=name
-        )
+        ours, theirs = np.asarray(params[name]), value.detach().numpy()
+        if name.endswith("attn.c_attn.bias"):
+            # GPT-2's key biases have a zero gradient in exact arithmetic and rounding
+            # noise in practice, which Adam turns into steps of either sign
+            # (tests/train/train_support.assert_same_parameters); no loss depends on them
+            width = ours.shape[0] // 3
+            ours, theirs = (np.concatenate([a[:width], a[2 * width :]]) for a in (ours, theirs))
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5, err_msg=name)
+    return params
 
 
 @pytest.mark.parametrize("steps", STEPS)
@@ -71,9 +80,34 @@ def test_sft_equals_pytorch(steps: int) -> None:
 
 
 @pytest.mark.slow
+def test_gpt2_equals_pytorch() -> None:
+    compare(gpt2(), 3)
+
+
+@pytest.mark.slow
 def test_tied_head_trains_as_one_parameter() -> None:
-    decoder = gpt2()
-    compare(decoder, 3)
+    """The Llama with `tied.bindings.json` (lm_head reads the embedding) against PyTorch."""
+    import linnet.torch as lt
+
+    weights = small_weights()
+    del weights["lm_head.weight"]
+    bindings = LLAMA.parent.parent / "tied.bindings.json"
+    model = lj.load_source(LLAMA, generics=small_generics(), weights=weights, bindings=bindings)
+    batches = small_batches()
+    params, history = train(model, batches, optimizer=optax.adam(1e-2), steps=3)
+    assert params["lm_head.weight"] is params["model.embed_tokens.weight"]
+    theirs = lt.load(
+        LLAMA, generics=small_generics(), weights=weights, bindings=bindings, trainable=True
+    )
+    optimizer = torch.optim.Adam(theirs.parameters(), lr=1e-2)
+    expected = torch_train(theirs, batches, optimizer=optimizer, steps=3)
+    assert history.losses == pytest.approx(expected.losses, rel=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(params["model.embed_tokens.weight"]),
+        theirs.tensor("lm_head.weight").detach().numpy(),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.slow
