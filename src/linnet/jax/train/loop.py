@@ -63,7 +63,15 @@ import numpy as np
 from linnet.errors import LinnetError
 from linnet.jax.train.checkpoint import load_checkpoint, save_checkpoint
 from linnet.jax.train.model import Apply, as_trainable
-from linnet.jax.train.params import Globs, Split, constrain_tree, select, shard_tree, split
+from linnet.jax.train.params import (
+    Globs,
+    Split,
+    constrain_tree,
+    gathered,
+    select,
+    shard_tree,
+    split,
+)
 from linnet.progress import Progress
 from linnet.train.checkpoint import latest
 from linnet.train.data import Batch
@@ -176,6 +184,9 @@ def compiled_step(
         if mesh is None:
             value = loss(params, *inputs)
         else:
+            # FSDP: each device gathers the whole weights for its batch's forward and
+            # backward pass; the gradients are reduced and split again (constrain_tree)
+            params = gathered(params, mesh)
             value = jnp.sum(jax.vmap(lambda *row: loss(params, *row))(*inputs))
         return value / divisor
 
@@ -193,6 +204,8 @@ def compiled_step(
         if clip:
             scale = jnp.minimum(clip / (norm + 1e-6), 1.0)
             grads = jax.tree.map(lambda g: (g * scale).astype(g.dtype), grads)
+        if mesh is not None:
+            grads = constrain_tree(grads, mesh)
         updates, opt_state = optimizer.update(grads, opt_state, trained)
         trained = optax.apply_updates(trained, updates)
         if mesh is not None:

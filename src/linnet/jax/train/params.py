@@ -145,3 +145,13 @@ def device_bytes(tree: Any, device: Any) -> int:
             if shard.device == device:
                 total += int(shard.data.nbytes)
     return total
+
+
+def gathered(tree: Any, mesh: Any) -> Any:
+    """Every leaf of `tree` constrained to be whole on each device of `mesh` (inside a jit)."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    spec: Any = PartitionSpec  # untyped in jax's stubs
+    whole = NamedSharding(mesh, spec())
+    constrain: Any = jax.lax.with_sharding_constraint
+    return jax.tree.map(lambda a: constrain(a, whole), tree)
