@@ -62,7 +62,7 @@ import numpy as np
 
 from linnet.errors import LinnetError
 from linnet.jax.train.checkpoint import load_checkpoint, save_checkpoint
-from linnet.jax.train.model import Apply, as_trainable
+from linnet.jax.train.model import Apply, Trainable, as_trainable
 from linnet.jax.train.params import (
     Globs,
     Split,
@@ -108,13 +108,7 @@ def train(
     batches run out; `on_step` is called with each `Step`.
     """
     check_options(steps, accumulate, clip, checkpoint, checkpoint_every)
-    found = as_trainable(model)
-    start = dict(found.parameters)
-    for path, value in (parameters or {}).items():
-        if path not in start:
-            raise LinnetError(f"train: parameters= names `{path}`, which the model lacks")
-        start[path] = jnp.asarray(value)
-    layout, trained = split(found, start, select(found, trainable, start), master)
+    found, layout, trained = starting_point(model, parameters, trainable, master)
     frozen = dict(layout.frozen)
     opt_state = optimizer.init(trained)
     chunk = 1
@@ -166,6 +160,21 @@ def train(
     return layout.full(trained, frozen), history
 
 
+def starting_point(
+    model: Any, parameters: Mapping[str, Any] | None, trainable: Globs, master: str | None
+) -> tuple[Trainable, Split, dict[str, Any]]:
+    """The model as training sees it, its trained/frozen `Split` and the trained arrays in
+    the master dtype, `parameters` (path -> array) replacing loaded ones."""
+    found = as_trainable(model)
+    start = dict(found.parameters)
+    for path, value in (parameters or {}).items():
+        if path not in start:
+            raise LinnetError(f"train: parameters= names `{path}`, which the model lacks")
+        start[path] = jnp.asarray(value)
+    layout, trained = split(found, start, select(found, trainable, start), master)
+    return found, layout, trained
+
+
 def compiled_step(
     loss: Apply,
     layout: Split,
@@ -177,7 +186,6 @@ def compiled_step(
 ) -> Callable[..., Any]:
     """The jitted `step(trained, opt_state, frozen, stacked, learned) -> (trained, opt_state,
     loss, grad norm)` (module docstring)."""
-    import optax  # type: ignore[import-untyped]
 
     def part(trained: Any, frozen: Any, inputs: Sequence[Any], divisor: Any) -> Any:
         params = layout.full(trained, frozen)
@@ -200,19 +208,30 @@ def compiled_step(
 
         zeros = jax.tree.map(jnp.zeros_like, trained)
         (grads, value), _ = jax.lax.scan(body, (zeros, jnp.zeros((), jnp.float32)), stacked)
-        norm = optax.tree.norm(grads)
-        if clip:
-            scale = jnp.minimum(clip / (norm + 1e-6), 1.0)
-            grads = jax.tree.map(lambda g: (g * scale).astype(g.dtype), grads)
-        if mesh is not None:
-            grads = constrain_tree(grads, mesh)
-        updates, opt_state = optimizer.update(grads, opt_state, trained)
-        trained = optax.apply_updates(trained, updates)
-        if mesh is not None:
-            trained, opt_state = constrain_tree(trained, mesh), constrain_tree(opt_state, mesh)
+        trained, opt_state, norm = update(optimizer, trained, opt_state, grads, clip, mesh)
         return trained, opt_state, value, norm
 
     return jax.jit(step, donate_argnums=(0, 1))
+
+
+def update(
+    optimizer: Any, trained: Any, opt_state: Any, grads: Any, clip: float | None, mesh: Any = None
+) -> tuple[Any, Any, Any]:
+    """Clip `grads` as `torch.nn.utils.clip_grad_norm_` does and step `optimizer` (inside a
+    jit): the new arrays and optimizer state, and the gradient norm before clipping."""
+    import optax  # type: ignore[import-untyped]
+
+    norm = optax.tree.norm(grads)
+    if clip:
+        scale = jnp.minimum(clip / (norm + 1e-6), 1.0)
+        grads = jax.tree.map(lambda g: (g * scale).astype(g.dtype), grads)
+    if mesh is not None:
+        grads = constrain_tree(grads, mesh)
+    updates, opt_state = optimizer.update(grads, opt_state, trained)
+    trained = optax.apply_updates(trained, updates)
+    if mesh is not None:
+        trained, opt_state = constrain_tree(trained, mesh), constrain_tree(opt_state, mesh)
+    return trained, opt_state, norm
 
 
 def stack(
