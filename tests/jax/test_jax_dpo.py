@@ -3,7 +3,7 @@
 The same random preference pairs (two batches of two) and weights: two AdamW
 steps of full fine-tuning with the precomputed reference give PyTorch's loss,
 rewards, margins and accuracy to 1e-5 relative and its parameters; one step of
-a LoRA policy (the adapters drawn alike for a seed, `test_jax_train_lora.py`)
+a LoRA policy (the adapters drawn alike for a seed, `test_jax_train_lora.py`; slow)
 against a separate reference model gives PyTorch's figures as well.
 """
 
@@ -70,6 +70,7 @@ def test_dpo_steps_equal_pytorch() -> None:
         )
 
 
+@pytest.mark.slow
 def test_lora_dpo_with_a_reference_model_equals_pytorch() -> None:
     data = pairs(llama().vocab, seed=3)
     reference = jax_model()
