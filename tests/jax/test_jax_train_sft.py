@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -34,6 +35,7 @@ from jax_train_support import (
 import linnet.jax as lj
 from linnet.errors import LinnetError
 from linnet.jax.train import pack, train
+from linnet.jax.train.loop import FIELDS
 from linnet.train import train as torch_train
 
 STEPS = [pytest.param(4, id="4-steps"), pytest.param(20, id="20-steps", marks=pytest.mark.slow)]
@@ -161,3 +163,22 @@ def test_bad_options_are_errors() -> None:
         train(model, small_batches(), optimizer=optax.sgd(0.1), master="f8")
     with pytest.raises(LinnetError, match="lacks"):
         train(model, small_batches(), optimizer=optax.sgd(0.1), parameters={"nope": 1.0})
+
+
+def test_a_jax_model_trains_through_its_entries_source() -> None:
+    """`load_model` (StableHLO entries) trains through the generated source of the same
+    entries: its `loss_packed` as training runs it equals `load_source`'s."""
+    from linnet.jax.train.model import as_trainable
+
+    weights = small_weights()
+    compiled = as_trainable(lj.load_model(LLAMA, generics=small_generics(), weights=weights))
+    source = as_trainable(small_model(weights))
+    assert sorted(compiled.parameters) == sorted(source.parameters)
+    batch = small_batches()[0]
+    inputs = [np.asarray(getattr(batch, f)) for f in FIELDS]
+    with jax.enable_x64(True):
+        ours = compiled.entry("loss_packed")(compiled.parameters, *inputs)
+        expected = source.entry("loss_packed")(source.parameters, *inputs)
+    assert float(ours) == pytest.approx(float(expected), rel=1e-6)
+    with pytest.raises(LinnetError, match="no `nothing` entry"):
+        compiled.entry("nothing")
