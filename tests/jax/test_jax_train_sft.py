@@ -163,6 +163,11 @@ def test_bad_options_are_errors() -> None:
         train(model, small_batches(), optimizer=optax.sgd(0.1), master="f8")
     with pytest.raises(LinnetError, match="lacks"):
         train(model, small_batches(), optimizer=optax.sgd(0.1), parameters={"nope": 1.0})
+    mixed = [small_batches(tokens=16)[0], small_batches(tokens=32)[0]]
+    with pytest.raises(LinnetError, match="one length"):
+        train(model, mixed, optimizer=optax.sgd(0.1), accumulate=2)
+    with pytest.raises(LinnetError, match="checkpoint_every needs a checkpoint"):
+        train(model, small_batches(), optimizer=optax.sgd(0.1), checkpoint_every=2)
 
 
 def test_a_jax_model_trains_through_its_entries_source() -> None:
