@@ -31,7 +31,10 @@ of a multiple of `n` is padded with empty batches (weights 0: no loss, no
 gradient). `remat=True` wraps each micro-batch's loss in `jax.checkpoint`:
 the generated source of an entry is one flat function (the layers are
 unrolled by lowering, not functions of their own), so the whole forward
-pass is recomputed in the backward pass rather than each layer's.
+pass is recomputed in the backward pass rather than each layer's. A
+`jax.checkpoint_policies` policy in place of `True` (e.g.
+`dots_with_no_batch_dims_saveable`) keeps what it names and recomputes the
+rest.
 
 Checkpoints (`linnet.jax.train.checkpoint`): with `checkpoint=FOLDER` a run
 first restores the latest complete step saved there (trained arrays,
@@ -94,7 +97,7 @@ def train(
     master: str | None = "f32",
     parameters: Mapping[str, Any] | None = None,
     mesh: Any = None,
-    remat: bool = False,
+    remat: bool | Callable[..., Any] = False,
     checkpoint: str | os.PathLike[str] | None = None,
     checkpoint_every: int | None = None,
     on_step: Callable[[Step], None] | None = None,
@@ -180,7 +183,7 @@ def compiled_step(
     layout: Split,
     optimizer: Any,
     clip: float | None,
-    remat: bool,
+    remat: bool | Callable[..., Any],
     mesh: Any,
     chunk: int,
 ) -> Callable[..., Any]:
@@ -198,7 +201,11 @@ def compiled_step(
             value = jnp.sum(jax.vmap(lambda *row: loss(params, *row))(*inputs))
         return value / divisor
 
-    grad = jax.value_and_grad(jax.checkpoint(part) if remat else part)
+    if callable(remat):
+        part = jax.checkpoint(part, policy=remat)
+    elif remat:
+        part = jax.checkpoint(part)
+    grad = jax.value_and_grad(part)
 
     def step(trained: Any, opt_state: Any, frozen: Any, stacked: Any, divisor: Any) -> Any:
         def body(carry: Any, inputs: Any) -> Any:
