@@ -1,4 +1,4 @@
-"""bench/train.py runs (tiny model): both sides' first losses agree and it prints the ratios."""
+"""bench/train.py runs (tiny model): every side's first loss agrees with transformers' and it prints the ratios."""
 
 from __future__ import annotations
 
@@ -21,8 +21,14 @@ def test_bench_smoke() -> None:
         check=True,
         timeout=600,
     ).stdout
-    found = re.search(r"first-step loss: linnet ([\d.]+), transformers ([\d.]+)", out)
+    found = re.search(
+        r"first-step loss: linnet ([\d.]+), transformers ([\d.]+), linnet-jax ([\d.]+), "
+        r"hand-jax ([\d.]+)",
+        out,
+    )
     assert found is not None, out
-    assert float(found.group(1)) == pytest.approx(float(found.group(2)), rel=1e-5)
-    names = [line.split()[0] for line in out.splitlines()[-3:]]
-    assert names == ["linnet", "transformers", "ratio"]
+    for side in (1, 3, 4):
+        assert float(found.group(side)) == pytest.approx(float(found.group(2)), rel=1e-5)
+    names = [line.split()[0] for line in out.splitlines()[-7:]]
+    expected = ["linnet", "linnet-jax", "hand-jax", "transformers", "ratio", "jax-ratio"]
+    assert names == [*expected, "jax/hand"]

@@ -305,7 +305,7 @@ def save(
             "history": progress.history,
         }
         write_bytes(folder / PROGRESS, json.dumps(record, indent=1).encode())
-        _prune(Path(root), progress.step)
+        prune(Path(root), progress.step)
     _barrier(size)
     return folder
 
@@ -319,7 +319,7 @@ def restore(
     """Load the step saved in `folder` into `model`, `optimizer`, `schedule` and the
     random generators; its `Progress`."""
     rank, size = world()
-    record = _read_json(folder / PROGRESS)
+    record = read_json(folder / PROGRESS)
     if record.get("format") != FORMAT:
         raise LinnetError(f"{folder / PROGRESS}: not a linnet.train checkpoint")
     if record["world"] != size:
@@ -329,7 +329,7 @@ def restore(
         )
     sharded = bool(record["sharded"])
     restore_model(model, _tensors(_named(folder / "model.safetensors", rank, sharded)), folder)
-    document = _read_json(_named(folder / "optimizer.json", rank, sharded))
+    document = read_json(_named(folder / "optimizer.json", rank, sharded))
     tensors = _tensors(_named(folder / "optimizer.safetensors", rank, sharded))
     restore_optimizer(model, optimizer, tensors, document, folder)
     saved_schedule = record.get("schedule")
@@ -355,7 +355,7 @@ def _schedule_state(schedule: LRScheduler) -> dict[str, Any]:
     return {k: _json_value(v, f"schedule `{k}`") for k, v in state.items()}
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text())
     except FileNotFoundError:
@@ -367,7 +367,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     return value
 
 
-def _prune(root: Path, newest: int) -> None:
+def prune(root: Path, newest: int) -> None:
     """Keep the `KEEP` latest complete steps; remove older and interrupted folders."""
     complete = complete_steps(root)
     kept = {step for step, _ in complete[-KEEP:]}

@@ -98,7 +98,7 @@ def train(
     after `steps` steps or when the batches run out. `on_step` is called with
     each `Step` after it (on every rank).
     """
-    _check_options(steps, accumulate, clip, checkpoint, checkpoint_every)
+    check_options(steps, accumulate, clip, checkpoint, checkpoint_every)
     rank, size = world()
     parameters = [p for p in model.parameters() if p.requires_grad]
     if not parameters:
@@ -113,7 +113,7 @@ def train(
             progress = checkpoints.restore(found, model, optimizer, schedule)
             done, consumed = progress.step, progress.batches
             history = History([Step(**s) for s in progress.history])
-    stream = _skipped(iter(batches), consumed)
+    stream = skip_consumed(iter(batches), consumed)
     saved = done
     with Progress("training", total=steps if rank == 0 else None) as bar:
         bar.update(done)
@@ -182,7 +182,7 @@ def _step(
     return loss, norm
 
 
-def _skipped(stream: Iterator[Batch], count: int) -> Iterator[Batch]:
+def skip_consumed(stream: Iterator[Batch], count: int) -> Iterator[Batch]:
     """`stream` after its first `count` batches (those a restored checkpoint consumed)."""
     for index in range(count):
         if next(stream, None) is None:
@@ -214,7 +214,7 @@ def _save(
     checkpoints.save(root, model, optimizer, schedule, progress)
 
 
-def _check_options(
+def check_options(
     steps: int | None,
     accumulate: int,
     clip: float | None,

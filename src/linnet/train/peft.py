@@ -31,18 +31,13 @@ naming the option rather than an adapter silently loaded wrong.
 from __future__ import annotations
 
 import glob
-import json
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
-from linnet.atomic import ensure_folder, write_bytes
-from linnet.errors import LinnetError
 from linnet.torch.dtypes import linnet_dtype, to_numpy, to_torch
 from linnet.torch.module import LinnetModule
 from linnet.train.lora import (
@@ -53,26 +48,19 @@ from linnet.train.lora import (
     param_paths,
     remove_lora,
 )
+from linnet.train.peft_format import (
+    CONFIG,
+    PEFT_VERSION,
+    PREFIX,
+    WEIGHTS,
+    AdapterFile,
+    check_adapter,
+    read_adapters,
+    write_adapters,
+)
 from linnet.weights.safetensors import linnet_dtype_of
 
-CONFIG = "adapter_config.json"
-WEIGHTS = "adapter_model.safetensors"
-PREFIX = "base_model.model."
-PEFT_VERSION = "0.21.2"  # the version whose format this writes (pyproject's pin)
-
-# Options that change what an adapter computes, with the value meaning "not used".
-_UNSUPPORTED: dict[str, object] = {
-    "use_dora": False,
-    "lora_bias": False,
-    "bias": "none",
-    "modules_to_save": None,
-    "layer_replication": None,
-    "trainable_token_indices": None,
-    "target_parameters": None,
-    "alora_invocation_tokens": None,
-    "use_bdlora": None,
-}
-_KEY = re.compile(r"(?P<module>.+)\.(?P<which>lora_A|lora_B)\.weight")
+__all__ = ["CONFIG", "PEFT_VERSION", "PREFIX", "WEIGHTS", "load_lora", "save_lora"]
 
 
 def save_lora(
@@ -92,52 +80,20 @@ def save_lora(
     weight's name does not end in `.weight`, or the adapters mix dropout or
     layout (one config holds one of each).
     """
-    adapters = lora_adapters(model)
-    if not adapters:
-        raise LinnetError("save_lora: the model has no LoRA adapter (add_lora first)")
-    modules = {_module_name(a.path, names): a for a in adapters}
-    first = adapters[0]
-    for option in ("dropout_p", "fan_in_fan_out", "use_rslora"):
-        values = {getattr(a, option) for a in adapters}
-        if len(values) > 1:
-            raise LinnetError(
-                f"save_lora: the adapters differ in {option.removesuffix('_p')} "
-                f"({sorted(values)}); a PEFT config holds one value"
-            )
-    ranks = [a.rank for a in adapters]
-    alphas = [a.alpha for a in adapters]
-    rank = max(set(ranks), key=ranks.count)
-    alpha = max(set(alphas), key=alphas.count)
-    config = {
-        "peft_type": "LORA",
-        "peft_version": PEFT_VERSION,
-        "task_type": task_type,
-        "base_model_name_or_path": base_model,
-        "r": rank,
-        "lora_alpha": alpha,
-        "lora_dropout": first.dropout_p,
-        "fan_in_fan_out": first.fan_in_fan_out,
-        "use_rslora": first.use_rslora,
-        "target_modules": sorted(modules),
-        "rank_pattern": {re.escape(m): a.rank for m, a in modules.items() if a.rank != rank},
-        "alpha_pattern": {re.escape(m): a.alpha for m, a in modules.items() if a.alpha != alpha},
-        "bias": "none",
-        "use_dora": False,
-        "init_lora_weights": True,
-        "inference_mode": True,
-        "modules_to_save": None,
-    }
-    tensors: dict[str, np.ndarray] = {}
-    for module, adapter in modules.items():
-        tensors[f"{PREFIX}{module}.lora_A.weight"] = _array(adapter.lora_A)
-        tensors[f"{PREFIX}{module}.lora_B.weight"] = _array(adapter.lora_B)
-    from linnet.weights.safetensors import save_safetensors
-
-    target = ensure_folder(folder, what="adapter folder")
-    save_safetensors(tensors, target / WEIGHTS, metadata={"format": "pt"})
-    text = json.dumps(config, indent=2, sort_keys=True) + "\n"
-    write_bytes(target / CONFIG, text.encode("utf-8"))
-    return target
+    adapters = [
+        AdapterFile(
+            path=a.path,
+            rank=a.rank,
+            alpha=a.alpha,
+            dropout=a.dropout_p,
+            fan_in_fan_out=a.fan_in_fan_out,
+            use_rslora=a.use_rslora,
+            lora_A=_array(a.lora_A),
+            lora_B=_array(a.lora_B),
+        )
+        for a in lora_adapters(model)
+    ]
+    return write_adapters(folder, adapters, names=names, base_model=base_model, task_type=task_type)
 
 
 def load_lora(
@@ -154,192 +110,31 @@ def load_lora(
     option for a missing or malformed file, an option this module does not
     implement, a module the model lacks, or shapes that do not fit the weight.
     """
-    from linnet.weights.safetensors import read_safetensors
-
-    where = Path(folder)
-    config = _read_config(where)
-    weights_file = where / WEIGHTS
-    if not weights_file.is_file():
-        pickled = " (adapter_model.bin is a pickle, never read: save it as SafeTensors)"
-        found = pickled if (where / "adapter_model.bin").exists() else ""
-        raise LinnetError(f"load_lora: `{weights_file}` does not exist{found}")
-    stored = read_safetensors(weights_file)
-    pairs = _pairs(stored, weights_file)
-    paths_of = {}
-    for path in param_paths(model):
-        name = (names or {}).get(path, path)
-        if name.endswith(".weight"):
-            paths_of[name.removesuffix(".weight")] = path
-    missing = sorted(m for m in pairs if m not in paths_of)
-    if missing:
-        raise LinnetError(
-            f"load_lora: `{weights_file}` adapts {', '.join(f'`{m}`' for m in missing)}, "
-            "which the model has no weight for"
-        )
-    settings = _settings(config, where / CONFIG)
-    chosen = {paths_of[m]: m for m in pairs}
-    for module, (a, _) in pairs.items():
-        rank = _pattern_value(config, "rank_pattern", module, config.get("r", 8))
-        if a.ndim != 2 or rank != a.shape[0]:
-            raise LinnetError(
-                f"load_lora: `{weights_file}`: `{PREFIX}{module}.lora_A.weight` is "
-                f"{list(a.shape)}, but `{CONFIG}` gives the module rank {rank}"
-            )
-    check_lora_targets(model, list(chosen), replacing=True)
-    fan_in_fan_out = settings["fan_in_fan_out"]
-    for path, module in chosen.items():
-        _check_pair(model.tensor(path).shape, pairs[module], fan_in_fan_out, module, weights_file)
-    remove_lora(model, list(chosen))
+    found = read_adapters(folder, param_paths(model), names=names)
+    check_lora_targets(model, [a.path for a in found], replacing=True)
+    for read in found:
+        check_adapter(read, tuple(model.tensor(read.path).shape), folder, names)
+    remove_lora(model, [a.path for a in found])
     added: list[LoraAdapter] = []
-    for path, module in sorted(chosen.items()):
-        a, b = pairs[module]
+    for stored in found:
         (adapter,) = add_lora(
             model,
-            glob.escape(path),
-            rank=a.shape[0],
-            alpha=_pattern_value(config, "alpha_pattern", module, settings["lora_alpha"]),
-            dropout=settings["lora_dropout"],
-            fan_in_fan_out=fan_in_fan_out,
-            use_rslora=settings["use_rslora"],
+            glob.escape(stored.path),
+            rank=stored.rank,
+            alpha=stored.alpha,
+            dropout=stored.dropout,
+            fan_in_fan_out=stored.fan_in_fan_out,
+            use_rslora=stored.use_rslora,
         )
         with torch.no_grad():
+            a, b = stored.lora_A, stored.lora_B
             adapter.lora_A.copy_(to_torch(a, linnet_dtype_of(a)).to(adapter.lora_A.dtype))
             adapter.lora_B.copy_(to_torch(b, linnet_dtype_of(b)).to(adapter.lora_B.dtype))
         added.append(adapter)
     return added
 
 
-# -- names -------------------------------------------------------------------------------
-
-
-def _module_name(path: str, names: Mapping[str, str] | None) -> str:
-    name = (names or {}).get(path, path)
-    if not name.endswith(".weight"):
-        raise LinnetError(
-            f"the LoRA weight `{name}` is not named `<module>.weight`, so it has no PEFT "
-            "module name; pass names={path: '<module>.weight'}"
-        )
-    return name.removesuffix(".weight")
-
-
-def _pairs(stored: Mapping[str, np.ndarray], file: Path) -> dict[str, tuple[Any, Any]]:
-    """`module -> (lora_A, lora_B)` of an adapter file; LinnetError for other tensors."""
-    found: dict[str, dict[str, np.ndarray]] = {}
-    other = []
-    for key, array in stored.items():
-        match = _KEY.fullmatch(key.removeprefix(PREFIX)) if key.startswith(PREFIX) else None
-        if match is None:
-            other.append(key)
-        else:
-            found.setdefault(match["module"], {})[match["which"]] = array
-    if other:
-        raise LinnetError(
-            f"load_lora: `{file}` holds tensors that are no LoRA pair of a linear weight: "
-            f"{', '.join(f'`{k}`' for k in sorted(other))}"
-        )
-    if not found:
-        raise LinnetError(f"load_lora: `{file}` holds no LoRA tensor")
-    pairs = {}
-    for module, both in sorted(found.items()):
-        if set(both) != {"lora_A", "lora_B"}:
-            lacking = ({"lora_A", "lora_B"} - set(both)).pop()
-            raise LinnetError(f"load_lora: `{file}` has no `{PREFIX}{module}.{lacking}.weight`")
-        pairs[module] = (both["lora_A"], both["lora_B"])
-    return pairs
-
-
-# -- config ------------------------------------------------------------------------------
-
-
-def _read_config(folder: Path) -> dict[str, Any]:
-    path = folder / CONFIG
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LinnetError(f"load_lora: `{path}` does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LinnetError(f"load_lora: cannot read `{path}`: {exc}") from None
-    if not isinstance(config, dict):
-        raise LinnetError(f"load_lora: `{path}` is not a JSON object")
-    if config.get("peft_type") != "LORA":
-        raise LinnetError(
-            f"load_lora: `{path}` has peft_type {config.get('peft_type')!r}, not 'LORA'"
-        )
-    for option, unused in _UNSUPPORTED.items():
-        value = config.get(option, unused)
-        if value != unused and value not in (None, [], {}):
-            raise LinnetError(
-                f"load_lora: `{path}` sets `{option}` to {value!r}, which linnet.train "
-                "does not implement"
-            )
-    return config
-
-
-def _settings(config: Mapping[str, Any], path: Path) -> dict[str, Any]:
-    """The config's uniform options, checked: alpha, dropout, layout, rsLoRA."""
-    alpha = config.get("lora_alpha", 8)
-    dropout = config.get("lora_dropout", 0.0)
-    fan_in_fan_out = config.get("fan_in_fan_out", False)
-    use_rslora = config.get("use_rslora", False)
-    if not _number(alpha) or not _number(dropout) or not 0 <= dropout < 1:
-        raise LinnetError(
-            f"load_lora: `{path}` needs a number `lora_alpha` and a `lora_dropout` in [0, 1)"
-        )
-    for option, value in (("fan_in_fan_out", fan_in_fan_out), ("use_rslora", use_rslora)):
-        if not isinstance(value, bool):
-            raise LinnetError(f"load_lora: `{path}` sets `{option}` to {value!r}, not a bool")
-    for option in ("rank_pattern", "alpha_pattern"):
-        patterns = config.get(option) or {}
-        if not isinstance(patterns, dict) or not all(_number(v) for v in patterns.values()):
-            raise LinnetError(f"load_lora: `{path}`: `{option}` must map names to numbers")
-    return {
-        "lora_alpha": alpha,
-        "lora_dropout": float(dropout),
-        "fan_in_fan_out": fan_in_fan_out,
-        "use_rslora": use_rslora,
-    }
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _pattern_value(config: Mapping[str, Any], option: str, module: str, default: Any) -> Any:
-    """PEFT's `get_pattern_key`: the first key matching the end of the module name."""
-    for key, value in (config.get(option) or {}).items():
-        try:
-            if re.match(rf"(.*\.)?({key})$", module):
-                return value
-        except re.error as exc:
-            raise LinnetError(f"load_lora: `{option}` key {key!r} is no regex: {exc}") from None
-    return default
-
-
-# -- tensors -----------------------------------------------------------------------------
-
-
 def _array(parameter: torch.Tensor) -> np.ndarray:
     dtype = linnet_dtype(parameter.dtype)
     assert dtype is not None  # adapters are float tensors
     return to_numpy(parameter, dtype)
-
-
-def _check_pair(
-    shape: torch.Size, pair: tuple[Any, Any], fan_in_fan_out: bool, module: str, file: Path
-) -> None:
-    """`lora_A` `[r, in]` and `lora_B` `[out, r]` of floats for a weight of `shape`."""
-    out_features, in_features = (shape[1], shape[0]) if fan_in_fan_out else (shape[0], shape[1])
-    rank = pair[0].shape[0]
-    layout = " (fan_in_fan_out: stored [in, out])" if fan_in_fan_out else ""
-    for name, array, wanted in (
-        ("lora_A", pair[0], (rank, in_features)),
-        ("lora_B", pair[1], (out_features, rank)),
-    ):
-        key = f"`{PREFIX}{module}.{name}.weight`"
-        if tuple(array.shape) != wanted:
-            raise LinnetError(
-                f"load_lora: `{file}`: {key} is {list(array.shape)}, the weight "
-                f"{list(shape)}{layout} needs {list(wanted)}"
-            )
-        if linnet_dtype_of(array) not in ("f16", "bf16", "f32", "f64"):
-            raise LinnetError(f"load_lora: `{file}`: {key} holds {array.dtype}, not floats")
