@@ -22,6 +22,12 @@ A constant whose shape varies is accepted only when it is one value repeated
 elements vary (`N - 1` in `std.nn.cache::write_span`) has each element fitted
 (`DynamicShapes.values`); any other size-dependent constant is refused.
 
+A compile-time decision on sizes (`N > 4`, `min(N, 8)`, `N / 4`, a clamped
+slice bound) is folded at each sample; `linnet.ir.size_decisions` records
+them while lowering: outcomes that differ between samples are refused, the
+others become `guards` (the sizes where the folded outcome holds), checked at
+run time like the `where` clauses below and in the graph itself.
+
 The table also says where each generic can be read at run time (`sources`:
 an input and axis whose size is exactly that generic), and which `where`
 clauses of the entry involve dynamic generics (`runtime_where`): those cannot
@@ -39,6 +45,7 @@ import numpy as np
 
 from linnet.errors import LinnetError
 from linnet.ir.core import Function, Op, Region, TensorType, Value
+from linnet.ir.size_decisions import Decision, SizeGuard, checked_guards, recording
 from linnet.ir.symbolic import Dim, GridFit, Poly, grid_points
 from linnet.progress import track
 from linnet.records import field, record
@@ -93,6 +100,7 @@ class DynamicShapes:
     samples: dict[str, tuple[int, ...]]
     runtime_where: list[RuntimeWhere] = field(default_factory=list)
     results: tuple[Value, ...] = ()
+    guards: list[SizeGuard] = field(default_factory=list)
 
     def shape(self, value: Value) -> tuple[Dim, ...]:
         return self.shapes.get(value, value.type.shape)
@@ -119,7 +127,7 @@ def lower_dynamic(
     order = tuple(names)
     samples = _choose_samples(order, fits)
     check = {n: samples[n][POINTS - 1] for n in order}
-    lowered: dict[tuple[int, ...], Function] = {}
+    lowered: dict[tuple[int, ...], tuple[Function, tuple[Decision, ...]]] = {}
 
     def attempt(per_name: int) -> DynamicShapes:
         grid = [samples[n][:per_name] for n in order]
@@ -131,10 +139,15 @@ def lower_dynamic(
         wanted.append(check)
         missing = [v for v in wanted if tuple(v[n] for n in order) not in lowered]
         for values in track(missing, f"lowering at {len(missing)} sizes"):
-            lowered[tuple(values[n] for n in order)] = lower_at(values)
-        fns = [lowered[tuple(v[n] for n in order)] for v in wanted]
+            with recording() as log:
+                fn = lower_at(values)
+            lowered[tuple(values[n] for n in order)] = (fn, tuple(log))
+        found = [lowered[tuple(v[n] for n in order)] for v in wanted]
         matcher = _Matcher(order, grid, points, tuple(check[n] for n in order))
-        return matcher.run(fns)
+        guards = checked_guards([log for _, log in found], wanted, matcher.fit)
+        dims = matcher.run([fn for fn, _ in found])
+        dims.guards = guards
+        return dims
 
     with _collector_paused():
         try:  # multilinear first (2 values each): what batch and length sizes are
@@ -142,10 +155,30 @@ def lower_dynamic(
         except _Unfitted:
             dims = attempt(POINTS - 1)  # degree 2 in each generic
     dims.samples = {n: tuple(samples[n]) for n in order}
-    fn = lowered[tuple(samples[n][0] for n in order)]
+    fn = lowered[tuple(samples[n][0] for n in order)][0]
+    dims.runtime_where = [_guard_clause(g) for g in dims.guards]
     dims.sources = _sources(fn, dims)
     dims.results = fn.results
     return fn, dims
+
+
+def _guard_clause(guard: SizeGuard) -> RuntimeWhere:
+    """A guard as a run-time clause (`dim_to_json` form: integer terms, `mod` atoms)."""
+    lhs = _poly_json(guard.lhs)
+    if guard.modulus is not None:
+        lhs = [[1, [["mod", lhs, _poly_json(guard.modulus)]]]]
+    return RuntimeWhere(guard.text, lhs, guard.rel, [])
+
+
+def _poly_json(d: Dim) -> list[object]:
+    if not isinstance(d, Poly):
+        return [[int(d), []]] if d else []
+    terms: list[object] = []
+    for exps, coef in d.terms:
+        assert coef.denominator == 1, "guards have integer coefficients"
+        atoms = [name for name, power in zip(d.names, exps, strict=True) for _ in range(power)]
+        terms.append([int(coef), atoms])
+    return terms
 
 
 @contextlib.contextmanager
@@ -476,7 +509,7 @@ def lower_entry_dynamic(
         return lower(types, given)
 
     fn, dims = lower_dynamic(lower_at, order, fits)
-    dims.runtime_where = runtime_where(entry, order, fixed)
+    dims.runtime_where = [*runtime_where(entry, order, fixed), *dims.runtime_where]
     return fn, dims
 
 
