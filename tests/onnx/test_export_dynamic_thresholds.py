@@ -2,7 +2,8 @@
 
 `linnet.ir.dynamic` lowers an entry at a few sample sizes; a size comparison
 (`if N > 4`, `select(N > 4, ...)`, `min(N, 8)`, `N / 4`, `N % 8`, the clamp
-of `x[0:8]`) is folded there. Each program below computed wrong numbers on
+of `x[0:8]`, and the same on a runtime scalar made from `N`, which the
+constant folder decides) is folded there. Each program below computed wrong numbers on
 the other side of its threshold before the sampler recorded such decisions;
 now every size either matches the NumPy interpreter (`linnet.ir.interp`, the
 entry lowered at that size) or is refused loudly: a LinnetError from
@@ -38,6 +39,16 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "mod": ("let y[i] = x[i] * cast<f32>(N % 8)\n    return y", "%"),
     # The slice's type is `Tensor[min(8, N)]`: its `min` is the first decision noted.
     "clamp": ("let y[i] = x[i] + sum[j] x[0:8][j]\n    return y", "min"),
+    # Runtime scalars made from a size: the constant folder decides them.
+    "folded_gt": (
+        "let n = cast<i32>(N)\n    let y[i] = select(n > 4, x[i] * 2.0, x[i] + 1.0)\n    return y",
+        "gt",
+    ),
+    "folded_min": (
+        "let n = min(cast<i32>(N), 8)\n    let y[i] = x[i] * cast<f32>(n)\n    return y",
+        "min",
+    ),
+    "folded_div": ("let y[i] = x[i] * cast<f32>(cast<i32>(N) / 4)\n    return y", "div"),
 }
 
 TYPE_MIN = """module m
@@ -135,3 +146,11 @@ pub block Gate<H: Dim> {
         np.testing.assert_allclose(model.run_entry("forward", [x]), expected, rtol=1e-6)
     assert model.dynamic_entries == ["forward"]
     assert len(model.sessions) == 3  # one for N > 4, one each for N = 2 and N = 4
+
+
+def test_a_folded_comparison_of_fractions_that_depend_on_the_size_is_refused() -> None:
+    source = _source(
+        "let n = cast<f32>(N) * 0.3\n    let y[i] = select(n > 1.0, x[i], 0.0)\n    return y"
+    )
+    with pytest.raises(LinnetError, match=r"dynamic N: .*`gt`.* depend on the size"):
+        export_function(source, "f", generics={}, dynamic=["N"])

@@ -17,6 +17,11 @@ outcome; the sampler (`checked_guards`) then
   refuses with a LinnetError naming the operator, the ONNX graph itself fails
   in a `linnet guard` node) so that no size outside them computes silently.
 
+The constant-folding pass notes the same kinds of IR op when it folds them
+(`note_folded`: `cast<i32>(N) > 4` is a runtime comparison until its operand
+is folded to a constant); a folded decision on tensors, or on non-integral
+values, cannot be guarded and is refused when its operands vary.
+
 A decision whose operands do not depend on the dynamic generics is the same at
 every size and yields no guard. Outside `recording()` `note` does nothing.
 """
@@ -26,7 +31,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from linnet.errors import LinnetError
 from linnet.ir.symbolic import Dim, Poly
@@ -53,6 +60,7 @@ class Decision:
     right: int
     result: int
     where: str
+    opaque: bytes = b""
 
 
 @record(frozen=True)
@@ -86,6 +94,57 @@ def note(kind: str, operator: str, left: object, right: object, result: object, 
         return
     assert isinstance(result, int)
     log.append(Decision(kind, operator, left, right, int(result), where))
+
+
+FOLDED = {
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "eq": "==",
+    "ne": "!=",
+    "min": "min",
+    "max": "max",
+    "div": "floor",
+    "rem": "mod",
+    "abs": "max",
+}
+"""IR ops whose folding decides on its operands' values, and the decision kind."""
+
+
+def note_folded(kind: str, operands: Sequence[np.ndarray[Any, Any]], result: object) -> None:
+    """Record an IR op the constant folder evaluated, if it is a decision (`FOLDED`)."""
+    log = _LOG.get()
+    if log is None or kind not in FOLDED:
+        return
+    where = f"the folded op `{kind}`"
+    if kind == "abs":
+        operands = [operands[0], -operands[0]]
+    left, right = (_integral(a) for a in operands) if len(operands) == 2 else (None, None)
+    folded = _integral(np.asarray(result), bools=True)
+    if left is not None and right is not None and folded is not None:
+        if kind in ("div", "rem"):  # truncating: the floor forms when both are >= 0
+            log.append(Decision(">=", kind, left, 0, int(left >= 0), where))
+        log.append(Decision(FOLDED[kind], kind, left, right, folded, where))
+        return
+    opaque = b"".join(
+        f"{a.dtype}{a.shape}".encode() + np.ascontiguousarray(a).tobytes() for a in operands
+    )
+    log.append(Decision("opaque", kind, 0, 0, 0, where, opaque))
+
+
+def _integral(array: np.ndarray[Any, Any], bools: bool = False) -> int | None:
+    """The integral value of a scalar, or of a tensor that repeats one (bools are no sizes,
+    but the outcome of a comparison)."""
+    if not array.size or array.dtype.kind not in ("iufb" if bools else "iuf"):
+        return None
+    flat = array.reshape(-1)
+    if flat.size > 1 and not bool(np.all(flat == flat[0])):
+        return None
+    value = flat[0].item()
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    return int(value)
 
 
 def at(span: Span) -> str:
@@ -149,7 +208,7 @@ def checked_guards(
         taken = [log[k] for log in logs]
         if all(d == decision for d in taken):
             continue  # the same at every sample: it does not depend on the dynamic sizes
-        for guard in _guards(taken, fit):
+        for guard in _guards(taken, fit, ", ".join(samples[0])):
             guards.setdefault((guard.lhs, guard.rel, guard.modulus), guard)
     return list(guards.values())
 
@@ -196,9 +255,15 @@ def _shown(values: Mapping[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in values.items())
 
 
-def _guards(taken: Sequence[Decision], fit: Fit) -> list[SizeGuard]:
+def _guards(taken: Sequence[Decision], fit: Fit, names: str) -> list[SizeGuard]:
     first = taken[0]
     what = f"the size decision `{first.operator}` ({first.where})"
+    if first.kind == "opaque":
+        raise LinnetError(
+            f"dynamic {names}: {what} folds tensors or fractions that "
+            "depend on the size; no guard can say where its outcome holds: "
+            "export with these generics bound"
+        )
     left = fit([d.left for d in taken], f"the left operand of {what}")
     right = fit([d.right for d in taken], f"the right operand of {what}")
     why = f" (`{first.operator}`, {first.where}, folded at the exported sizes)"
