@@ -278,6 +278,8 @@ class _Matcher:
         self.dims = DynamicShapes(names, {}, {}, {}, {}, {}, {})
         self.fitter = GridFit(names, grid)
         self.fitted: dict[tuple[int, ...], Dim] = {}  # most sizes repeat: B, S, B * S
+        self.shapes: dict[tuple[tuple[int, ...], ...], tuple[Dim, ...]] = {}
+        self.attrs: dict[tuple[object, ...], tuple[object, bool]] = {}
         self.corr: list[dict[Value, Value]] = []
 
     def run(self, fns: list[Function]) -> DynamicShapes:
@@ -308,69 +310,90 @@ class _Matcher:
 
     # -- values ----------------------------------------------------------------------------
 
-    def define(self, values: list[Value], what: str) -> None:
+    def define(self, values: Sequence[Value], what: str) -> None:
         first = values[0]
-        for k, v in enumerate(values):
-            self.corr[k][v] = first
-        types = [v.type for v in values]
-        if all(t == first.type for t in types):
+        for corr, v in zip(self.corr, values, strict=True):
+            corr[v] = first
+        same, dtype = first.type.shape, first.type.dtype
+        if all(v.type.shape == same and v.type.dtype == dtype for v in values):
             return  # no axis varies
-        if any(t.dtype != first.type.dtype or t.rank != first.type.rank for t in types):
-            raise self.differs(what, "the type of a value")
-        shape = tuple(
-            self.fit([t.shape[axis] for t in types], f"axis {axis} of {what}")
-            for axis in range(first.type.rank)
-        )
+        key = tuple(v.type.shape for v in values)
+        shape = self.shapes.get(key)
+        if shape is None or any(v.type.dtype != dtype for v in values):
+            types = [v.type for v in values]  # most shapes repeat: every layer's [B, S, H]
+            if any(t.dtype != dtype or t.rank != first.type.rank for t in types):
+                raise self.differs(what, "the type of a value")
+            shape = self.shapes[key] = tuple(
+                self.fit([t.shape[axis] for t in types], f"axis {axis} of {what}")
+                for axis in range(first.type.rank)
+            )
         if any(isinstance(d, Poly) for d in shape):
             self.dims.shapes[first] = shape
 
-    def use(self, values: list[Value], what: str) -> None:
+    def use(self, values: Sequence[Value], what: str) -> None:
         first = values[0]
-        for k, v in enumerate(values):
-            if self.corr[k].get(v) is not first:
+        for corr, v in zip(self.corr, values, strict=True):
+            if corr.get(v) is not first:
                 raise self.differs(what, "an operand")
 
     # -- regions and ops -----------------------------------------------------------------
 
-    def region(self, regions: list[Region], what: str) -> None:
+    def region(self, regions: Sequence[Region], what: str) -> None:
         first = regions[0]
         if any(len(r.args) != len(first.args) or len(r.ops) != len(first.ops) for r in regions):
             raise self.differs(what, "the number of ops")
-        for i in range(len(first.args)):
-            self.define([r.args[i] for r in regions], f"an argument of {what}")
-        for j in range(len(first.ops)):
-            self.op([r.ops[j] for r in regions], j)
-        for i in range(len(first.results)):
-            self.use([r.results[i] for r in regions], what)
+        for args in zip(*(r.args for r in regions), strict=True):
+            self.define(args, f"an argument of {what}")
+        for index, ops in enumerate(zip(*(r.ops for r in regions), strict=True)):
+            self.op(ops, index)
+        for results in zip(*(r.results for r in regions), strict=True):
+            self.use(results, what)
 
-    def op(self, ops: list[Op], index: int) -> None:
+    def op(self, ops: Sequence[Op], index: int) -> None:
+        """Match one op across the lowerings (the hot loop of an export: kept lean)."""
         first = ops[0]
-        what = f"op {index} (`{first.kind}`)"
-        shape = (len(first.operands), len(first.results), len(first.regions))
+        kind, keys = first.kind, first.attrs.keys()
+        n_operands, n_results, n_regions = (
+            len(first.operands),
+            len(first.results),
+            len(first.regions),
+        )
+        what = f"op {index} (`{kind}`)"
         for o in ops:
-            if o.kind != first.kind or (len(o.operands), len(o.results), len(o.regions)) != shape:
+            if (
+                o.kind != kind
+                or len(o.operands) != n_operands
+                or len(o.results) != n_results
+                or len(o.regions) != n_regions
+            ):
                 raise self.differs(what, "the kind")
-            if set(o.attrs) != set(first.attrs):
+            if o.attrs.keys() != keys:
                 raise self.differs(what, "the attributes")
-        for i in range(len(first.operands)):
-            self.use([o.operands[i] for o in ops], what)
-        for r in range(len(first.regions)):
-            self.region([o.regions[r] for o in ops], what)
+        corr = self.corr
+        for operands in zip(*(o.operands for o in ops), strict=True):
+            mapped = operands[0]
+            for table, v in zip(corr, operands, strict=True):
+                if table.get(v) is not mapped:
+                    raise self.differs(what, "an operand")
+        for regions in zip(*(o.regions for o in ops), strict=True):
+            self.region(regions, what)
         symbolic: dict[str, object] = {}
-        for key in first.attrs:
+        for key, value in first.attrs.items():
             values = [o.attrs[key] for o in ops]
             if first.kind == "const" and key == "value":
                 self.const(ops, values, what)
                 continue
-            fitted, varies = self.attr(values, f"attribute `{key}` of {what}")
+            if _all_same(value, values):
+                continue
+            fitted, varies = self.memo_attr(values, f"attribute `{key}` of {what}")
             if varies:
                 symbolic[key] = fitted
         if symbolic:
             self.dims.attrs[first] = symbolic
-        for i in range(len(first.results)):
-            self.define([o.results[i] for o in ops], f"result of {what}")
+        for results in zip(*(o.results for o in ops), strict=True):
+            self.define(results, f"result of {what}")
 
-    def const(self, ops: list[Op], values: list[object], what: str) -> None:
+    def const(self, ops: Sequence[Op], values: list[object], what: str) -> None:
         arrays = [np.asarray(v) for v in values]
         first = arrays[0]
         same_shape = all(a.shape == first.shape for a in arrays)
@@ -401,6 +424,19 @@ class _Matcher:
         if kinds != {"f"}:
             return False
         return all(bool(np.all(np.isfinite(a) & (a == np.round(a)))) for a in arrays)
+
+    def memo_attr(self, values: list[object], what: str) -> tuple[object, bool]:
+        """`attr`, remembered for plain values (a `reshape` to `[B, S, H]` in every layer)."""
+        if not all(type(v) in _PLAIN for v in values):
+            return self.attr(values, what)
+        key = tuple(values)
+        try:
+            found = self.attrs.get(key)
+        except TypeError:  # unhashable inside
+            return self.attr(values, what)
+        if found is None:
+            found = self.attrs[key] = self.attr(values, what)
+        return found
 
     def attr(self, values: list[object], what: str) -> tuple[object, bool]:
         first = values[0]
@@ -455,6 +491,21 @@ class _Matcher:
                 f"{values[-1]}); export with these generics bound"
             )
         return poly
+
+
+_PLAIN = (int, str, float, bool, tuple, type(None))
+
+
+def _all_same(first: object, values: list[object]) -> bool:
+    """Whether every value is `first`'s equal of its type (plain attributes only: arrays and
+    anything else go through `_Matcher.attr`, which also says what differs)."""
+    kind = type(first)
+    if kind not in _PLAIN:
+        return False
+    try:
+        return all(type(v) is kind and v == first for v in values)
+    except (ValueError, TypeError):  # a tuple holding an array
+        return False
 
 
 # -- one entry of a bound model -------------------------------------------------------------

@@ -94,6 +94,13 @@ class Poly:
         return (-self) + other
 
     def __mul__(self, other: Dim) -> Dim:
+        if not isinstance(other, Poly):  # the common case: a size times a constant
+            factor = int(other)
+            if factor == 1:
+                return self
+            if factor == 0:
+                return 0
+            return Poly(self.names, {e: c * factor for e, c in self.terms})
         out: dict[Exponents, Fraction] = {}
         for e1, c1 in self.terms:
             for e2, c2 in self._terms_of(other).items():
