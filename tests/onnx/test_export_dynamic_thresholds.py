@@ -148,9 +148,37 @@ pub block Gate<H: Dim> {
     assert len(model.sessions) == 3  # one for N > 4, one each for N = 2 and N = 4
 
 
-def test_a_folded_comparison_of_fractions_that_depend_on_the_size_is_refused() -> None:
-    source = _source(
-        "let n = cast<f32>(N) * 0.3\n    let y[i] = select(n > 1.0, x[i], 0.0)\n    return y"
-    )
-    with pytest.raises(LinnetError, match=r"dynamic N: .*`gt`.* depend on the size"):
+@pytest.mark.parametrize(
+    ("body", "operator"),
+    [
+        ("let n = cast<f32>(N) * 0.3\n    let y[i] = select(n > 1.0, x[i], 0.0)", "gt"),
+        ("let y = if N * 0.5 > 2.0 { x * 2.0 } else { x + 1.0 }", ">"),
+    ],
+    ids=["folded", "literal"],
+)
+def test_a_comparison_of_fractions_that_depend_on_the_size_is_refused(
+    body: str, operator: str
+) -> None:
+    source = _source(f"{body}\n    return y")
+    with pytest.raises(LinnetError, match=rf"dynamic N: .*`{operator}`.* depend on the size"):
         export_function(source, "f", generics={}, dynamic=["N"])
+
+
+def test_a_guard_over_two_dynamic_generics() -> None:
+    source = """module m
+pub entry f<N: Dim, M: Dim>(x: Tensor[N, M; f32]) -> Tensor[N, M; f32] {
+    let y = if N * M > 20 { x * 2.0 } else { x + 1.0 }
+    return y
+}"""
+    exported = export_function(source, "f", generics={}, dynamic=["N", "M"])
+    checked, bare = ExportedSession(exported), exported.session()
+    for n, m in [(5, 7), (1, 21), (10, 10), (2, 3), (4, 5)]:
+        x = np.ones((n, m), np.float32)
+        if n * m > 20:
+            (y,) = checked.run({"x": x})
+            np.testing.assert_array_equal(y, x * 2.0)
+            continue
+        with pytest.raises(LinnetError, match=r"N\*M > 20 \(`>`.* does not hold for M=\d+, N=\d+"):
+            checked.run({"x": x})
+        with pytest.raises(Exception, match="linnet guard 0: N\\*M > 20"):
+            bare.run(None, {"x": x})

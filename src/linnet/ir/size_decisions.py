@@ -88,12 +88,17 @@ def recording() -> Iterator[list[Decision]]:
 
 
 def note(kind: str, operator: str, left: object, right: object, result: object, where: str) -> None:
-    """Record a decision on two compile-time integers (bools and floats are no sizes)."""
+    """Record a decision on two compile-time numbers (bools are no sizes). A comparison of
+    float literals (`N * 0.5 > 2.0`) is kept opaque: refused if it depends on a size."""
     log = _LOG.get()
-    if log is None or type(left) is not int or type(right) is not int:
+    if log is None or isinstance(left, bool) or isinstance(right, bool):
         return
-    assert isinstance(result, int)
-    log.append(Decision(kind, operator, left, right, int(result), where))
+    if type(left) is int and type(right) is int:
+        assert isinstance(result, int)
+        log.append(Decision(kind, operator, left, right, int(result), where))
+    elif kind in COMPARISONS and isinstance(left, int | float) and isinstance(right, int | float):
+        opaque = repr((left, right)).encode()
+        log.append(Decision("opaque", operator, 0, 0, 0, where, opaque))
 
 
 FOLDED = {
@@ -246,6 +251,8 @@ def _side(d: Decision) -> str:
 
 
 def _outcome(d: Decision) -> str:
+    if d.kind == "opaque":
+        return "a folded value"
     if d.kind in COMPARISONS:
         return f"{d.left} {d.kind} {d.right} is {str(bool(d.result)).lower()}"
     return f"{d.kind}({d.left}, {d.right}) = {d.result}"
