@@ -49,6 +49,7 @@ PROGRAMS: dict[str, tuple[str, str]] = {
         "min",
     ),
     "folded_div": ("let y[i] = x[i] * cast<f32>(cast<i32>(N) / 4)\n    return y", "div"),
+    "folded_shr": ("let y[i] = x[i] * cast<f32>(shr(cast<i32>(N), 2))\n    return y", "shr"),
 }
 
 TYPE_MIN = """module m
@@ -153,8 +154,10 @@ pub block Gate<H: Dim> {
     [
         ("let n = cast<f32>(N) * 0.3\n    let y[i] = select(n > 1.0, x[i], 0.0)", "gt"),
         ("let y = if N * 0.5 > 2.0 { x * 2.0 } else { x + 1.0 }", ">"),
+        ("let y[i] = x[i] * cast<f32>(cast<i32>(cast<f32>(N) * 0.1))", "cast"),
+        ("let y[i] = x[i] * cast<f32>(cast<i32>(N) & 3)", "and"),
     ],
-    ids=["folded", "literal"],
+    ids=["folded", "literal", "rounded", "bitwise"],
 )
 def test_a_comparison_of_fractions_that_depend_on_the_size_is_refused(
     body: str, operator: str

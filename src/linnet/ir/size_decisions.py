@@ -113,8 +113,15 @@ FOLDED = {
     "div": "floor",
     "rem": "mod",
     "abs": "max",
+    "shr": "floor",
+    "shl": "opaque",
+    "and": "opaque",
+    "or": "opaque",
+    "xor": "opaque",
+    "cast": "opaque",
 }
-"""IR ops whose folding decides on its operands' values, and the decision kind."""
+"""IR ops whose folding decides on its operands' values, and the decision kind (`opaque`:
+no guard can be fitted; refused when the operands vary with the size)."""
 
 
 def note_folded(kind: str, operands: Sequence[np.ndarray[Any, Any]], result: object) -> None:
@@ -123,12 +130,20 @@ def note_folded(kind: str, operands: Sequence[np.ndarray[Any, Any]], result: obj
     if log is None or kind not in FOLDED:
         return
     where = f"the folded op `{kind}`"
+    if kind == "cast":
+        source = operands[0]
+        if source.dtype.kind != "f" or bool(
+            np.all(np.isfinite(source) & (source == np.round(source)))
+        ):
+            return  # exact: no value is rounded
     if kind == "abs":
         operands = [operands[0], -operands[0]]
     left, right = (_integral(a) for a in operands) if len(operands) == 2 else (None, None)
+    if kind == "shr" and right is not None:
+        right = 1 << right if 0 <= right < 63 else None  # a >> k is a floor division by 2^k
     folded = _integral(np.asarray(result), bools=True)
-    if left is not None and right is not None and folded is not None:
-        if kind in ("div", "rem"):  # truncating: the floor forms when both are >= 0
+    if FOLDED[kind] != "opaque" and left is not None and right is not None and folded is not None:
+        if kind in ("div", "rem", "shr"):  # truncating: the floor forms when both are >= 0
             log.append(Decision(">=", kind, left, 0, int(left >= 0), where))
         log.append(Decision(FOLDED[kind], kind, left, right, folded, where))
         return
@@ -282,7 +297,8 @@ def _guards(taken: Sequence[Decision], fit: Fit, names: str) -> list[SizeGuard]:
             left, right = right, left
         return _compare(left, "<=" if first.kind == "min" else ">=", right, why)
     result = fit([d.result for d in taken], f"the result of {what}")
-    text = f"{_term(left)} {first.operator} {_term(right)} == {result}{why}"
+    symbol = "/" if first.kind == "floor" else "%"
+    text = f"{_term(left)} {symbol} {_term(right)} == {result}{why}"
     if first.kind == "floor":  # right * result <= left < right * (result + 1)
         rest = left - right * result
         return [*_compare(rest, ">=", 0, why, text), *_compare(rest, "<", right, why, text)]
