@@ -185,3 +185,31 @@ pub entry f<N: Dim, M: Dim>(x: Tensor[N, M; f32]) -> Tensor[N, M; f32] {
             checked.run({"x": x})
         with pytest.raises(Exception, match="linnet guard 0: N\\*M > 20"):
             bare.run(None, {"x": x})
+
+
+def test_two_generics_need_four_lowerings_for_sums_and_five_for_products(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import linnet.pipeline
+
+    calls: list[object] = []
+    lower = linnet.pipeline.lower_module_entry
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs.get("generics"))
+        return lower(*args, **kwargs)
+
+    monkeypatch.setattr(linnet.pipeline, "lower_module_entry", counted)
+    head = "module m\npub entry f<N: Dim, M: Dim>(x: Tensor[N, M; f32])"
+    sums = f"{head} -> Tensor[N, M; f32] {{\n    return x * 2.0\n}}"
+    export_function(sums, "f", generics={}, dynamic=["N", "M"])
+    assert len(calls) == 4  # the base, N moved, M moved, the check
+    calls.clear()
+    products = f"{head} -> Tensor[N * M; f32] {{\n    return reshape(x, [N * M])\n}}"
+    exported = export_function(products, "f", generics={}, dynamic=["N", "M"])
+    assert len(calls) == 5  # the grid adds its corner, the lowerings made are reused
+    session = ExportedSession(exported)
+    for n, m in [(1, 1), (2, 9), (6, 4)]:
+        x = np.arange(n * m, dtype=np.float32).reshape(n, m)
+        (y,) = session.run({"x": x})
+        np.testing.assert_array_equal(y, x.reshape(-1))

@@ -2,14 +2,17 @@
 
 Stage: between lowering and a backend that can compute shapes at run time
 (the ONNX exporter, `export_model(dynamic=[...])`). The Core IR stays static
-(architecture.md "Core IR"); instead the entry is lowered at a small grid of
-sizes for the dynamic generics and once more off the grid: two values each
-first (multilinear sizes, `B * S`: what batch and length sizes are), and three
-each (degree 2 in each generic) when a size does not fit that. The lowerings
+(architecture.md "Core IR"); instead the entry is lowered at a few sizes for
+the dynamic generics and once more off them. With two or more generics, sums
+first (`B + S`, `2 * S`: a base point and one point per generic moved,
+`symbolic.StarFit`, one lowering less than the grid for `B, S`); then a grid of
+two values each (multilinear sizes, `B * S`: what batch and length sizes are),
+and three each (degree 2 in each generic) when a size does not fit that; the
+grid reuses the lowerings already made. The lowerings
 must be the same graph op for op (kinds, operands, dtypes, ranks, every
 attribute that is not an integer); every integer that differs (an axis of a
 result type, a `reshape` or `broadcast` shape, a `slice` bound, a generic of
-a `call`) is fitted exactly by `symbolic.GridFit` and must then predict the
+a `call`) is fitted exactly (`symbolic.GridFit`, `StarFit`) and must then predict the
 extra lowering. The result is the first lowering plus a `DynamicShapes`
 table of what varies.
 
@@ -46,7 +49,7 @@ import numpy as np
 from linnet.errors import LinnetError
 from linnet.ir.core import Function, Op, Region, TensorType, Value
 from linnet.ir.size_decisions import Decision, SizeGuard, checked_guards, recording
-from linnet.ir.symbolic import Dim, GridFit, Poly, grid_points
+from linnet.ir.symbolic import Dim, GridFit, Poly, StarFit, grid_points
 from linnet.progress import track
 from linnet.records import field, record
 
@@ -63,6 +66,7 @@ VALUES_LIMIT = 64
 """Elements of a varying constant that are fitted one by one (more: refused)."""
 POINTS = 4
 """Values per dynamic generic: three for the grid, one to check the fit."""
+Fitter = GridFit | StarFit
 
 
 @record(frozen=True)
@@ -129,9 +133,10 @@ def lower_dynamic(
     check = {n: samples[n][POINTS - 1] for n in order}
     lowered: dict[tuple[int, ...], tuple[Function, tuple[Decision, ...]]] = {}
 
-    def attempt(per_name: int) -> DynamicShapes:
+    def attempt(per_name: int, star: bool = False) -> DynamicShapes:
         grid = [samples[n][:per_name] for n in order]
-        points = grid_points(grid)
+        fitter: Fitter = StarFit(order, grid) if star else GridFit(order, grid)
+        points = fitter.points() if isinstance(fitter, StarFit) else grid_points(grid)
         wanted = [
             {n: grid[i][k] for i, (n, k) in enumerate(zip(order, point, strict=True))}
             for point in points
@@ -143,17 +148,22 @@ def lower_dynamic(
                 fn = lower_at(values)
             lowered[tuple(values[n] for n in order)] = (fn, tuple(log))
         found = [lowered[tuple(v[n] for n in order)] for v in wanted]
-        matcher = _Matcher(order, grid, points, tuple(check[n] for n in order))
+        matcher = _Matcher(order, fitter, points, tuple(check[n] for n in order))
         guards = checked_guards([log for _, log in found], wanted, matcher.fit)
         dims = matcher.run([fn for fn, _ in found])
         dims.guards = guards
         return dims
 
     with _collector_paused():
-        try:  # multilinear first (2 values each): what batch and length sizes are
-            dims = attempt(2)
-        except _Unfitted:
-            dims = attempt(POINTS - 1)  # degree 2 in each generic
+        dims = None
+        if len(order) > 1:  # with one generic the star is the grid
+            with contextlib.suppress(_Unfitted):
+                dims = attempt(2, star=True)
+        if dims is None:
+            try:  # multilinear (2 values each): what batch and length sizes are
+                dims = attempt(2)
+            except _Unfitted:
+                dims = attempt(POINTS - 1)  # degree 2 in each generic
     dims.samples = {n: tuple(samples[n]) for n in order}
     fn = lowered[tuple(samples[n][0] for n in order)][0]
     dims.runtime_where = [_guard_clause(g) for g in dims.guards]
@@ -267,16 +277,15 @@ class _Matcher:
     def __init__(
         self,
         names: tuple[str, ...],
-        grid: Sequence[Sequence[int]],
+        fitter: Fitter,
         points: list[tuple[int, ...]],
         check: tuple[int, ...],
     ) -> None:
         self.names = names
-        self.grid = grid
         self.points = points
         self.check = dict(zip(names, check, strict=True))
         self.dims = DynamicShapes(names, {}, {}, {}, {}, {}, {})
-        self.fitter = GridFit(names, grid)
+        self.fitter = fitter
         self.fitted: dict[tuple[int, ...], Dim] = {}  # most sizes repeat: B, S, B * S
         self.shapes: dict[tuple[tuple[int, ...], ...], tuple[Dim, ...]] = {}
         self.attrs: dict[tuple[object, ...], tuple[object, bool]] = {}
@@ -481,7 +490,10 @@ class _Matcher:
 
     def _fit(self, values: list[int], what: str) -> Dim:
         table = dict(zip(self.points, values[:-1], strict=True))
-        poly = self.fitter(table)
+        try:
+            poly = self.fitter(table)
+        except LinnetError as exc:  # a fractional constant: no polynomial of this form
+            raise _Unfitted(str(exc)) from None
         expected = poly.exact(self.check) if isinstance(poly, Poly) else poly
         if expected != values[-1]:
             shown = ", ".join(self.names)
