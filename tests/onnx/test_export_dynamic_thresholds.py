@@ -13,6 +13,7 @@ error from the bare session (the guard is in the graph).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -213,3 +214,12 @@ def test_two_generics_need_four_lowerings_for_sums_and_five_for_products(
         x = np.arange(n * m, dtype=np.float32).reshape(n, m)
         (y,) = session.run({"x": x})
         np.testing.assert_array_equal(y, x.reshape(-1))
+
+
+def test_importing_a_guarded_export_is_refused_naming_the_guard(tmp_path: Path) -> None:
+    from linnet.onnx.importer.api import import_onnx
+
+    source = _source("let y = if N > 4 { x * 2.0 } else { x + 1.0 }\n    return y")
+    exported = export_function(source, "f", generics={}, dynamic=["N"])
+    with pytest.raises(LinnetError, match=r"linnet guard 0: N > 4"):
+        import_onnx(exported.model, output=tmp_path / "m.linnet", weights=tmp_path / "w")
