@@ -223,3 +223,26 @@ def test_importing_a_guarded_export_is_refused_naming_the_guard(tmp_path: Path) 
     exported = export_function(source, "f", generics={}, dynamic=["N"])
     with pytest.raises(LinnetError, match=r"linnet guard 0: N > 4"):
         import_onnx(exported.model, output=tmp_path / "m.linnet", weights=tmp_path / "w")
+
+
+def test_a_reused_op_body_notes_its_decisions_at_every_sample() -> None:
+    """At N = 5 both calls of `scale` share one kept region (the second is a clone); at
+    the other samples they do not: the clone replays what the body decided."""
+    source = """module m
+op scale<M: Dim>(x: Tensor[M; f32]) -> Tensor[M; f32] {
+    return if M > 4 { x * 2.0 } else { x + 1.0 }
+}
+pub entry f<N: Dim>(x: Tensor[N; f32], y: Tensor[5; f32]) -> Tensor[N; f32] {
+    let z = scale(y)
+    let w = scale(x)
+    let out[i] = w[i] + z[0]
+    return out
+}"""
+    session = ExportedSession(export_function(source, "f", generics={}, dynamic=["N"]))
+    y = np.ones(5, np.float32)
+    for n in (5, 6, 9):
+        x = np.arange(n, dtype=np.float32)
+        (out,) = session.run({"x": x, "y": y})
+        np.testing.assert_array_equal(out, x * 2.0 + 2.0)
+    with pytest.raises(LinnetError, match=r"N > 4 \(`>`"):
+        session.run({"x": np.zeros(3, np.float32), "y": y})

@@ -23,7 +23,9 @@ is folded to a constant); a folded decision on tensors, or on non-integral
 values, cannot be guarded and is refused when its operands vary.
 
 A decision whose operands do not depend on the dynamic generics is the same at
-every size and yields no guard. Outside `recording()` `note` does nothing.
+every size and yields no guard. Outside `recording()` `note` does nothing. The
+lowering's reuse caches (`linnet.ir.lower.reuse`) keep the decisions a body
+noted and `replay` them when they clone it.
 """
 
 from __future__ import annotations
@@ -85,6 +87,26 @@ def recording() -> Iterator[list[Decision]]:
         yield log
     finally:
         _LOG.reset(token)
+
+
+def mark() -> int:
+    """Where the log is now (-1 when nothing records): `since(mark())` is what comes after."""
+    log = _LOG.get()
+    return -1 if log is None else len(log)
+
+
+def since(start: int) -> tuple[Decision, ...]:
+    """The decisions noted after `start` (a lowering kept for reuse keeps them too)."""
+    log = _LOG.get()
+    return () if log is None or start < 0 else tuple(log[start:])
+
+
+def replay(decisions: Sequence[Decision]) -> None:
+    """Note again what a reused lowering noted when it was made (so every sample's log
+    holds the same decisions, whichever calls its caches served)."""
+    log = _LOG.get()
+    if log is not None:
+        log.extend(decisions)
 
 
 def note(kind: str, operator: str, left: object, right: object, result: object, where: str) -> None:
