@@ -152,10 +152,12 @@ def note_folded(kind: str, operands: Sequence[np.ndarray[Any, Any]], result: obj
     if log is None or kind not in FOLDED:
         return
     where = f"the folded op `{kind}`"
-    if kind == "cast":
+    if kind == "cast":  # float to integer rounds; anything else is exact or stays a float
         source = operands[0]
-        if source.dtype.kind != "f" or bool(
-            np.all(np.isfinite(source) & (source == np.round(source)))
+        if (
+            source.dtype.kind != "f"
+            or np.asarray(result).dtype.kind not in "iub"
+            or bool(np.all(np.isfinite(source) & (source == np.round(source))))
         ):
             return  # exact: no value is rounded
     if kind == "abs":
