@@ -54,7 +54,9 @@ NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 class Decision:
     """One folded decision: `kind` is a comparison, `min`, `max`, `floor` or `mod` of
     `left` and `right` with `result`; `operator` is what the source wrote (`>`,
-    `min`, `/`, `slice`), `where` where (a file position or the size expression)."""
+    `min`, `/`, `slice`) or the folded IR op, `where` where (a file position or the
+    size expression). Kind `opaque` is a decision no guard can describe (fractions,
+    tensors, bitwise ops): `opaque` holds its operands, compared between samples."""
 
     kind: str
     operator: str
