@@ -10,6 +10,7 @@ from linnet.check.dims import Dim, Symbol
 from linnet.errors import LinnetError
 from linnet.ir.symbolic import (
     Poly,
+    StarFit,
     dim_to_json,
     eval_dim_json,
     evaluate,
@@ -59,12 +60,29 @@ def test_constants_stay_plain_ints_and_halves_are_rational() -> None:
         half.evaluate({"N": 3})
 
 
+def test_sums_are_fitted_from_a_base_point_and_one_move_per_generic() -> None:
+    star = StarFit(NAMES, GRID)
+    assert star.points() == [(0, 0), (1, 0), (0, 1)]
+
+    def fitted(f: object) -> object:
+        return star({p: f(GRID[0][p[0]], GRID[1][p[1]]) for p in star.points()})  # type: ignore[operator]
+
+    sum_ = fitted(lambda b, s: 3 * b + 2 * s - 1)
+    assert isinstance(sum_, Poly) and str(sum_) == "3*B + 2*S + -1"
+    assert fitted(lambda b, s: 8) == 8
+    # A product is not a sum: the fit is some sum, which the off-point check refutes.
+    product = fitted(lambda b, s: b * s)
+    assert isinstance(product, Poly) and evaluate(product, {"B": 6, "S": 11}) != 66
+    assert star.points()[0] == (0, 0)  # the base point first, as `grid_points` orders it
+
+
 def test_variables_and_arithmetic() -> None:
     b, s = Poly.var(NAMES, "B"), Poly.var(NAMES, "S")
     assert b.as_var() == "B"
     assert (b * s).as_var() is None
     assert b * s - s * b == 0
     assert (b + 1) * s == b * s + s
+    assert b * 1 is b and b * 0 == 0 and str(b * 3) == "3*B"
     with pytest.raises(LinnetError):
         parse_poly("B*Q", NAMES)
 

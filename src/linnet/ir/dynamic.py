@@ -2,14 +2,17 @@
 
 Stage: between lowering and a backend that can compute shapes at run time
 (the ONNX exporter, `export_model(dynamic=[...])`). The Core IR stays static
-(architecture.md "Core IR"); instead the entry is lowered at a small grid of
-sizes for the dynamic generics and once more off the grid: two values each
-first (multilinear sizes, `B * S`: what batch and length sizes are), and three
-each (degree 2 in each generic) when a size does not fit that. The lowerings
+(architecture.md "Core IR"); instead the entry is lowered at a few sizes for
+the dynamic generics and once more off them. With two or more generics, sums
+first (`B + S`, `2 * S`: a base point and one point per generic moved,
+`symbolic.StarFit`, one lowering less than the grid for `B, S`); then a grid of
+two values each (multilinear sizes, `B * S`: what batch and length sizes are),
+and three each (degree 2 in each generic) when a size does not fit that; the
+grid reuses the lowerings already made. The lowerings
 must be the same graph op for op (kinds, operands, dtypes, ranks, every
 attribute that is not an integer); every integer that differs (an axis of a
 result type, a `reshape` or `broadcast` shape, a `slice` bound, a generic of
-a `call`) is fitted exactly by `symbolic.GridFit` and must then predict the
+a `call`) is fitted exactly (`symbolic.GridFit`, `StarFit`) and must then predict the
 extra lowering. The result is the first lowering plus a `DynamicShapes`
 table of what varies.
 
@@ -21,6 +24,12 @@ A constant whose shape varies is accepted only when it is one value repeated
 (`DynamicShapes.fills`); a small constant of fixed shape whose integral
 elements vary (`N - 1` in `std.nn.cache::write_span`) has each element fitted
 (`DynamicShapes.values`); any other size-dependent constant is refused.
+
+A compile-time decision on sizes (`N > 4`, `min(N, 8)`, `N / 4`, a clamped
+slice bound) is folded at each sample; `linnet.ir.size_decisions` records
+them while lowering: outcomes that differ between samples are refused, the
+others become `guards` (the sizes where the folded outcome holds), checked at
+run time like the `where` clauses below and in the graph itself.
 
 The table also says where each generic can be read at run time (`sources`:
 an input and axis whose size is exactly that generic), and which `where`
@@ -39,7 +48,8 @@ import numpy as np
 
 from linnet.errors import LinnetError
 from linnet.ir.core import Function, Op, Region, TensorType, Value
-from linnet.ir.symbolic import Dim, GridFit, Poly, grid_points
+from linnet.ir.size_decisions import Decision, SizeGuard, checked_guards, recording
+from linnet.ir.symbolic import Dim, GridFit, Poly, StarFit, grid_points
 from linnet.progress import track
 from linnet.records import field, record
 
@@ -56,6 +66,7 @@ VALUES_LIMIT = 64
 """Elements of a varying constant that are fitted one by one (more: refused)."""
 POINTS = 4
 """Values per dynamic generic: three for the grid, one to check the fit."""
+Fitter = GridFit | StarFit
 
 
 @record(frozen=True)
@@ -93,6 +104,7 @@ class DynamicShapes:
     samples: dict[str, tuple[int, ...]]
     runtime_where: list[RuntimeWhere] = field(default_factory=list)
     results: tuple[Value, ...] = ()
+    guards: list[SizeGuard] = field(default_factory=list)
 
     def shape(self, value: Value) -> tuple[Dim, ...]:
         return self.shapes.get(value, value.type.shape)
@@ -119,11 +131,12 @@ def lower_dynamic(
     order = tuple(names)
     samples = _choose_samples(order, fits)
     check = {n: samples[n][POINTS - 1] for n in order}
-    lowered: dict[tuple[int, ...], Function] = {}
+    lowered: dict[tuple[int, ...], tuple[Function, tuple[Decision, ...]]] = {}
 
-    def attempt(per_name: int) -> DynamicShapes:
+    def attempt(per_name: int, star: bool = False) -> DynamicShapes:
         grid = [samples[n][:per_name] for n in order]
-        points = grid_points(grid)
+        fitter: Fitter = StarFit(order, grid) if star else GridFit(order, grid)
+        points = fitter.points() if isinstance(fitter, StarFit) else grid_points(grid)
         wanted = [
             {n: grid[i][k] for i, (n, k) in enumerate(zip(order, point, strict=True))}
             for point in points
@@ -131,21 +144,51 @@ def lower_dynamic(
         wanted.append(check)
         missing = [v for v in wanted if tuple(v[n] for n in order) not in lowered]
         for values in track(missing, f"lowering at {len(missing)} sizes"):
-            lowered[tuple(values[n] for n in order)] = lower_at(values)
-        fns = [lowered[tuple(v[n] for n in order)] for v in wanted]
-        matcher = _Matcher(order, grid, points, tuple(check[n] for n in order))
-        return matcher.run(fns)
+            with recording() as log:
+                fn = lower_at(values)
+            lowered[tuple(values[n] for n in order)] = (fn, tuple(log))
+        found = [lowered[tuple(v[n] for n in order)] for v in wanted]
+        matcher = _Matcher(order, fitter, points, tuple(check[n] for n in order))
+        guards = checked_guards([log for _, log in found], wanted, matcher.fit)
+        dims = matcher.run([fn for fn, _ in found])
+        dims.guards = guards
+        return dims
 
     with _collector_paused():
-        try:  # multilinear first (2 values each): what batch and length sizes are
-            dims = attempt(2)
-        except _Unfitted:
-            dims = attempt(POINTS - 1)  # degree 2 in each generic
+        dims = None
+        if len(order) > 1:  # with one generic the star is the grid
+            with contextlib.suppress(_Unfitted):
+                dims = attempt(2, star=True)
+        if dims is None:
+            try:  # multilinear (2 values each): what batch and length sizes are
+                dims = attempt(2)
+            except _Unfitted:
+                dims = attempt(POINTS - 1)  # degree 2 in each generic
     dims.samples = {n: tuple(samples[n]) for n in order}
-    fn = lowered[tuple(samples[n][0] for n in order)]
+    fn = lowered[tuple(samples[n][0] for n in order)][0]
+    dims.runtime_where = [_guard_clause(g) for g in dims.guards]
     dims.sources = _sources(fn, dims)
     dims.results = fn.results
     return fn, dims
+
+
+def _guard_clause(guard: SizeGuard) -> RuntimeWhere:
+    """A guard as a run-time clause (`dim_to_json` form: integer terms, `mod` atoms)."""
+    lhs = _poly_json(guard.lhs)
+    if guard.modulus is not None:
+        lhs = [[1, [["mod", lhs, _poly_json(guard.modulus)]]]]
+    return RuntimeWhere(guard.text, lhs, guard.rel, [])
+
+
+def _poly_json(d: Dim) -> list[object]:
+    if not isinstance(d, Poly):
+        return [[int(d), []]] if d else []
+    terms: list[object] = []
+    for exps, coef in d.terms:
+        assert coef.denominator == 1, "guards have integer coefficients"
+        atoms = [name for name, power in zip(d.names, exps, strict=True) for _ in range(power)]
+        terms.append([int(coef), atoms])
+    return terms
 
 
 @contextlib.contextmanager
@@ -234,17 +277,18 @@ class _Matcher:
     def __init__(
         self,
         names: tuple[str, ...],
-        grid: Sequence[Sequence[int]],
+        fitter: Fitter,
         points: list[tuple[int, ...]],
         check: tuple[int, ...],
     ) -> None:
         self.names = names
-        self.grid = grid
         self.points = points
         self.check = dict(zip(names, check, strict=True))
         self.dims = DynamicShapes(names, {}, {}, {}, {}, {}, {})
-        self.fitter = GridFit(names, grid)
+        self.fitter = fitter
         self.fitted: dict[tuple[int, ...], Dim] = {}  # most sizes repeat: B, S, B * S
+        self.shapes: dict[tuple[tuple[int, ...], ...], tuple[Dim, ...]] = {}
+        self.attrs: dict[tuple[object, ...], tuple[object, bool]] = {}
         self.corr: list[dict[Value, Value]] = []
 
     def run(self, fns: list[Function]) -> DynamicShapes:
@@ -275,69 +319,90 @@ class _Matcher:
 
     # -- values ----------------------------------------------------------------------------
 
-    def define(self, values: list[Value], what: str) -> None:
+    def define(self, values: Sequence[Value], what: str) -> None:
         first = values[0]
-        for k, v in enumerate(values):
-            self.corr[k][v] = first
-        types = [v.type for v in values]
-        if all(t == first.type for t in types):
+        for corr, v in zip(self.corr, values, strict=True):
+            corr[v] = first
+        same, dtype = first.type.shape, first.type.dtype
+        if all(v.type.shape == same and v.type.dtype == dtype for v in values):
             return  # no axis varies
-        if any(t.dtype != first.type.dtype or t.rank != first.type.rank for t in types):
-            raise self.differs(what, "the type of a value")
-        shape = tuple(
-            self.fit([t.shape[axis] for t in types], f"axis {axis} of {what}")
-            for axis in range(first.type.rank)
-        )
+        key = tuple(v.type.shape for v in values)
+        shape = self.shapes.get(key)
+        if shape is None or any(v.type.dtype != dtype for v in values):
+            types = [v.type for v in values]  # most shapes repeat: every layer's [B, S, H]
+            if any(t.dtype != dtype or t.rank != first.type.rank for t in types):
+                raise self.differs(what, "the type of a value")
+            shape = self.shapes[key] = tuple(
+                self.fit([t.shape[axis] for t in types], f"axis {axis} of {what}")
+                for axis in range(first.type.rank)
+            )
         if any(isinstance(d, Poly) for d in shape):
             self.dims.shapes[first] = shape
 
-    def use(self, values: list[Value], what: str) -> None:
+    def use(self, values: Sequence[Value], what: str) -> None:
         first = values[0]
-        for k, v in enumerate(values):
-            if self.corr[k].get(v) is not first:
+        for corr, v in zip(self.corr, values, strict=True):
+            if corr.get(v) is not first:
                 raise self.differs(what, "an operand")
 
     # -- regions and ops -----------------------------------------------------------------
 
-    def region(self, regions: list[Region], what: str) -> None:
+    def region(self, regions: Sequence[Region], what: str) -> None:
         first = regions[0]
         if any(len(r.args) != len(first.args) or len(r.ops) != len(first.ops) for r in regions):
             raise self.differs(what, "the number of ops")
-        for i in range(len(first.args)):
-            self.define([r.args[i] for r in regions], f"an argument of {what}")
-        for j in range(len(first.ops)):
-            self.op([r.ops[j] for r in regions], j)
-        for i in range(len(first.results)):
-            self.use([r.results[i] for r in regions], what)
+        for args in zip(*(r.args for r in regions), strict=True):
+            self.define(args, f"an argument of {what}")
+        for index, ops in enumerate(zip(*(r.ops for r in regions), strict=True)):
+            self.op(ops, index)
+        for results in zip(*(r.results for r in regions), strict=True):
+            self.use(results, what)
 
-    def op(self, ops: list[Op], index: int) -> None:
+    def op(self, ops: Sequence[Op], index: int) -> None:
+        """Match one op across the lowerings (the hot loop of an export: kept lean)."""
         first = ops[0]
-        what = f"op {index} (`{first.kind}`)"
-        shape = (len(first.operands), len(first.results), len(first.regions))
+        kind, keys = first.kind, first.attrs.keys()
+        n_operands, n_results, n_regions = (
+            len(first.operands),
+            len(first.results),
+            len(first.regions),
+        )
+        what = f"op {index} (`{kind}`)"
         for o in ops:
-            if o.kind != first.kind or (len(o.operands), len(o.results), len(o.regions)) != shape:
+            if (
+                o.kind != kind
+                or len(o.operands) != n_operands
+                or len(o.results) != n_results
+                or len(o.regions) != n_regions
+            ):
                 raise self.differs(what, "the kind")
-            if set(o.attrs) != set(first.attrs):
+            if o.attrs.keys() != keys:
                 raise self.differs(what, "the attributes")
-        for i in range(len(first.operands)):
-            self.use([o.operands[i] for o in ops], what)
-        for r in range(len(first.regions)):
-            self.region([o.regions[r] for o in ops], what)
+        corr = self.corr
+        for operands in zip(*(o.operands for o in ops), strict=True):
+            mapped = operands[0]
+            for table, v in zip(corr, operands, strict=True):
+                if table.get(v) is not mapped:
+                    raise self.differs(what, "an operand")
+        for regions in zip(*(o.regions for o in ops), strict=True):
+            self.region(regions, what)
         symbolic: dict[str, object] = {}
-        for key in first.attrs:
+        for key, value in first.attrs.items():
             values = [o.attrs[key] for o in ops]
             if first.kind == "const" and key == "value":
                 self.const(ops, values, what)
                 continue
-            fitted, varies = self.attr(values, f"attribute `{key}` of {what}")
+            if _all_same(value, values):
+                continue
+            fitted, varies = self.memo_attr(values, f"attribute `{key}` of {what}")
             if varies:
                 symbolic[key] = fitted
         if symbolic:
             self.dims.attrs[first] = symbolic
-        for i in range(len(first.results)):
-            self.define([o.results[i] for o in ops], f"result of {what}")
+        for results in zip(*(o.results for o in ops), strict=True):
+            self.define(results, f"result of {what}")
 
-    def const(self, ops: list[Op], values: list[object], what: str) -> None:
+    def const(self, ops: Sequence[Op], values: list[object], what: str) -> None:
         arrays = [np.asarray(v) for v in values]
         first = arrays[0]
         same_shape = all(a.shape == first.shape for a in arrays)
@@ -368,6 +433,19 @@ class _Matcher:
         if kinds != {"f"}:
             return False
         return all(bool(np.all(np.isfinite(a) & (a == np.round(a)))) for a in arrays)
+
+    def memo_attr(self, values: list[object], what: str) -> tuple[object, bool]:
+        """`attr`, remembered for plain values (a `reshape` to `[B, S, H]` in every layer)."""
+        if not all(type(v) in _PLAIN for v in values):
+            return self.attr(values, what)
+        key = tuple(values)
+        try:
+            found = self.attrs.get(key)
+        except TypeError:  # unhashable inside
+            return self.attr(values, what)
+        if found is None:
+            found = self.attrs[key] = self.attr(values, what)
+        return found
 
     def attr(self, values: list[object], what: str) -> tuple[object, bool]:
         first = values[0]
@@ -412,7 +490,10 @@ class _Matcher:
 
     def _fit(self, values: list[int], what: str) -> Dim:
         table = dict(zip(self.points, values[:-1], strict=True))
-        poly = self.fitter(table)
+        try:
+            poly = self.fitter(table)
+        except LinnetError as exc:  # a fractional constant: no polynomial of this form
+            raise _Unfitted(str(exc)) from None
         expected = poly.exact(self.check) if isinstance(poly, Poly) else poly
         if expected != values[-1]:
             shown = ", ".join(self.names)
@@ -422,6 +503,21 @@ class _Matcher:
                 f"{values[-1]}); export with these generics bound"
             )
         return poly
+
+
+_PLAIN = (int, str, float, bool, tuple, type(None))
+
+
+def _all_same(first: object, values: list[object]) -> bool:
+    """Whether every value is `first`'s equal of its type (plain attributes only: arrays and
+    anything else go through `_Matcher.attr`, which also says what differs)."""
+    kind = type(first)
+    if kind not in _PLAIN:
+        return False
+    try:
+        return all(type(v) is kind and v == first for v in values)
+    except (ValueError, TypeError):  # a tuple holding an array
+        return False
 
 
 # -- one entry of a bound model -------------------------------------------------------------
@@ -476,7 +572,7 @@ def lower_entry_dynamic(
         return lower(types, given)
 
     fn, dims = lower_dynamic(lower_at, order, fits)
-    dims.runtime_where = runtime_where(entry, order, fixed)
+    dims.runtime_where = [*runtime_where(entry, order, fixed), *dims.runtime_where]
     return fn, dims
 
 

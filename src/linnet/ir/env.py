@@ -28,6 +28,7 @@ from linnet.check.types import (
 )
 from linnet.errors import InternalError, LinnetError
 from linnet.ir import core
+from linnet.ir.size_decisions import note_dim_ops
 
 GenericValue = int | str | tuple[int, ...]
 """A concrete generic: an int (`Dim`), a dtype name, or a tuple of ints (a `Shape` pack)."""
@@ -74,6 +75,8 @@ class Env:
                 return constant
             try:
                 found = d.evaluate(self.dims, self.packs)
+                if d.has_ops():
+                    note_dim_ops(d, self.dims, self.packs)
             except DimEvalError as exc:
                 raise InternalError(f"cannot evaluate `{d}`: {exc}") from exc
             except DimOverflow as exc:

@@ -94,6 +94,13 @@ class Poly:
         return (-self) + other
 
     def __mul__(self, other: Dim) -> Dim:
+        if not isinstance(other, Poly):  # the common case: a size times a constant
+            factor = int(other)
+            if factor == 1:
+                return self
+            if factor == 0:
+                return 0
+            return Poly(self.names, {e: c * factor for e, c in self.terms})
         out: dict[Exponents, Fraction] = {}
         for e1, c1 in self.terms:
             for e2, c2 in self._terms_of(other).items():
@@ -267,6 +274,45 @@ def _solve(
                 )
         table = solved
     return Poly.make(names, table)
+
+
+class StarFit:
+    """The polynomial of degree at most 1 in each generic and without products of generics
+    (`B + S`, `2 * S + 1`) through a base point and one point per generic moved off it.
+
+    `grid` holds two values per generic; `points()` are the index tuples fitted
+    (the base, then one per generic). With two or more dynamic generics this
+    needs one point less per extra generic than the multilinear grid, and
+    sizes of batch-and-length models are mostly this form; `linnet.ir.dynamic`
+    checks the fit off the points and falls back to the grid.
+    """
+
+    def __init__(self, names: tuple[str, ...], grid: Sequence[Sequence[int]]) -> None:
+        self.names = names
+        self.grid = grid
+        self._seen: dict[tuple[tuple[tuple[int, ...], int], ...], Dim] = {}
+
+    def points(self) -> list[tuple[int, ...]]:
+        count = len(self.names)
+        return [tuple(int(j == i) for j in range(count)) for i in range(-1, count)]
+
+    def __call__(self, values: Mapping[tuple[int, ...], int]) -> Dim:
+        key = tuple(sorted(values.items()))
+        found = self._seen.get(key)
+        if found is None:
+            found = self._seen[key] = self._solve(values)
+        return found
+
+    def _solve(self, values: Mapping[tuple[int, ...], int]) -> Dim:
+        base_point, *moved = self.points()
+        base = Fraction(values[base_point])
+        terms: dict[Exponents, Fraction] = {base_point: base}
+        for i, point in enumerate(moved):
+            low, high = self.grid[i][0], self.grid[i][1]
+            slope = (Fraction(values[point]) - base) / (high - low)
+            terms[base_point] -= slope * low
+            terms[point] = slope
+        return Poly.make(self.names, terms)
 
 
 def grid_points(grid: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:

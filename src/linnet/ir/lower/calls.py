@@ -36,6 +36,7 @@ from linnet.ir.env import Env
 from linnet.ir.lower.context import Frame, Lowerer, local_value, not_supported
 from linnet.ir.lower.reuse import signature_key
 from linnet.ir.lower.values import LV, AxisKey, BlockRef, IxVal, flatten, rebuild
+from linnet.ir.size_decisions import mark
 from linnet.syntax import ast
 
 if TYPE_CHECKING:
@@ -156,6 +157,7 @@ def _op_call(lw: Lowerer, frame: Frame) -> LV:
         values = _call(lw, frame, operands, region, result)
         attach_kernel(lw, frame)
         return rebuild(result, iter(values))
+    noted_from = mark()
     outer = lw.push([v.type for v in operands])
     region_args = iter(lw.b.args)
     for p, lv in zip(fn.params, params, strict=True):
@@ -166,6 +168,7 @@ def _op_call(lw: Lowerer, frame: Frame) -> LV:
     finally:
         inner = lw.pop(outer)
     region = lw.regions.put(key, inner.finish(results), result)
+    lw.regions.keep_noted(key, noted_from)
     values = _call(lw, frame, operands, region, result)
     attach_kernel(lw, frame)
     return rebuild(result, iter(values))

@@ -51,6 +51,7 @@ from linnet.ir.lower.values import (
     rebuild,
     same_structure,
 )
+from linnet.ir.size_decisions import COMPARISONS, at, note
 from linnet.syntax import ast
 
 BINARY_KINDS = {
@@ -71,6 +72,9 @@ BINARY_KINDS = {
     "&&": "and",
     "||": "or",
 }
+
+SIZE_DECISIONS = {**{op: op for op in COMPARISONS}, "/": "floor", "%": "mod"}
+"""Folded operators whose outcome `linnet.ir.size_decisions` records (dynamic exports)."""
 
 
 def lower_expr(lw: Lowerer, fr: Frame, e: ast.Expr) -> LV:
@@ -251,7 +255,10 @@ def _binary(lw: Lowerer, fr: Frame, e: ast.Binary) -> LV:
     right = lower_expr(lw, fr, e.right)
     op = e.op
     if is_number(left) and is_number(right):
-        return fold(op, left, right)  # type: ignore[arg-type]
+        folded = fold(op, left, right)  # type: ignore[arg-type]
+        if op in SIZE_DECISIONS:
+            note(SIZE_DECISIONS[op], op, left, right, folded, at(e.span))
+        return folded
     if isinstance(left, EnumVariant) and isinstance(right, EnumVariant):
         same = left.enum is right.enum and left.name == right.name
         return same if op == "==" else not same

@@ -41,6 +41,7 @@ from linnet.errors import InternalError, LinnetError
 from linnet.ir.core import Value
 from linnet.ir.lower.context import Frame, Lowerer
 from linnet.ir.lower.values import LV, AxisKey, IxVal, is_number
+from linnet.ir.size_decisions import note
 from linnet.syntax import ast
 
 
@@ -350,6 +351,8 @@ def _select(
         stop = list(shape)
         for a, item in fixed.items():
             assert isinstance(item, int) and not isinstance(item, bool)
+            note(">=", "index", item, 0, item >= 0, f"a position in {fr.where}")
+            note("<", "index", item, shape[a], item < shape[a], f"a position in {fr.where}")
             if not 0 <= item < shape[a]:
                 raise LinnetError(
                     f"index {item} is out of range for an axis of extent {shape[a]} (in {fr.where})"

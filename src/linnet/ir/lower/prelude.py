@@ -31,6 +31,7 @@ from linnet.errors import InternalError
 from linnet.ir.core import Value
 from linnet.ir.lower.context import Frame, Lowerer, not_supported
 from linnet.ir.lower.values import LV, IxVal, ShapeLV, is_number
+from linnet.ir.size_decisions import at, note
 from linnet.syntax import ast
 
 
@@ -47,7 +48,9 @@ def lower_prelude(lw: Lowerer, fr: Frame, call: ast.Call, info: CallInfo) -> LV:
     if name in ("min", "max"):
         a, b = args
         if is_number(a) and is_number(b):
-            return min(a, b) if name == "min" else max(a, b)  # type: ignore[type-var]
+            folded = min(a, b) if name == "min" else max(a, b)  # type: ignore[type-var]
+            note(name, name, a, b, folded, at(call.span))
+            return folded
         return elementwise(lw, fr, name, [a, b])
     if name in ("shl", "shr"):
         a, b = args

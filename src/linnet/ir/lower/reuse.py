@@ -32,6 +32,7 @@ from linnet.errors import InternalError
 from linnet.ir.core import Op, Region, Value
 from linnet.ir.lower.values import LV, Opt, ShapeLV
 from linnet.ir.regions import free_values, region_free_values
+from linnet.ir.size_decisions import Decision, mark, replay, since
 from linnet.records import record
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class RegionCache:
 
     def __init__(self) -> None:
         self._found: dict[Hashable, tuple[Region, LV]] = {}
+        self._noted: dict[Hashable, tuple[Decision, ...]] = {}
         self.hits = 0
 
     def get(self, key: Hashable) -> tuple[Region, LV] | None:
@@ -82,6 +84,7 @@ class RegionCache:
             return None
         self.hits += 1
         region, result = found
+        replay(self._noted.get(key, ()))
         return clone_region(region, {}), result
 
     def put(self, key: Hashable, region: Region, result: LV) -> Region:
@@ -92,6 +95,12 @@ class RegionCache:
         settled = _settle(region)
         self._found[key] = (settled, result)
         return settled
+
+    def keep_noted(self, key: Hashable, noted_from: int) -> None:
+        """Keep the size decisions noted since `noted_from` (`size_decisions.mark`, before
+        the region was lowered; `put` settling it notes the folded ones) for its clones."""
+        if key in self._found:
+            self._noted[key] = since(noted_from)
 
 
 def _settle(region: Region) -> Region:
@@ -174,6 +183,7 @@ class InlineCache:
 
     def __init__(self) -> None:
         self._found: dict[Hashable, Inlined | None] = {}
+        self._noted: dict[Hashable, tuple[Decision, ...]] = {}
         self._shapes: dict[BlockInstance, Hashable] = {}
         self._under: dict[str, list[str]] | None = None
         self.hits = 0
@@ -227,14 +237,17 @@ class InlineCache:
             kept = self._found[key]
             if kept is not None:
                 self.hits += 1
+                replay(self._noted.get(key, ()))
                 return self._replay(lw, frame, params, kept)
             return run()
         builder, start, first_read = lw.b, len(lw.b.ops), len(lw.prefix.ops)
         before = dict(lw.state_values)
+        noted_from = mark()
         result = run()
         if lw.b is not builder:
             raise InternalError("an inlined body left another builder current")
         self._found[key] = _kept(lw, frame, params, builder.ops[start:], first_read, before, result)
+        self._noted[key] = since(noted_from)
         return result
 
     def _replay(self, lw: Lowerer, frame: Frame, params: tuple[LV, ...], kept: Inlined) -> LV:

@@ -19,6 +19,7 @@ from linnet.errors import InternalError, LinnetError
 from linnet.ir.core import Value
 from linnet.ir.lower.context import Frame, Lowerer, not_supported
 from linnet.ir.lower.values import LV, ArrayRef, BlockRef, IxVal
+from linnet.ir.size_decisions import at, note
 from linnet.syntax import ast
 
 
@@ -74,11 +75,13 @@ def _slice(lw: Lowerer, fr: Frame, e: ast.Index, value: Value) -> LV:
         if sel.kind == "slice":
             begin = fr.env.dim(sel.start) if sel.start is not None else 0
             end = fr.env.dim(sel.stop) if sel.stop is not None else shape[a]
-            start[a] = min(max(begin, 0), shape[a])
-            stop[a] = min(max(end, 0), shape[a])
+            start[a] = _clamped(begin, shape[a], e)
+            stop[a] = _clamped(end, shape[a], e)
             step[a] = sel.step
         elif sel.start is not None:
             p = fr.env.dim(sel.start)
+            note(">=", "index", p, 0, p >= 0, at(e.span))
+            note("<", "index", p, shape[a], p < shape[a], at(e.span))
             if not 0 <= p < shape[a]:
                 raise LinnetError(
                     f"index {p} is out of range for an axis of extent {shape[a]} (in {fr.where})"
@@ -109,3 +112,13 @@ def _slice(lw: Lowerer, fr: Frame, e: ast.Index, value: Value) -> LV:
         if want != value.type:
             raise InternalError(f"slicing gave {value.type}, the checker says {want}")
     return value
+
+
+def _clamped(bound: int, extent: int, e: ast.Index) -> int:
+    """A slice bound clamped to `[0, extent]` (each clamp a size decision when dynamic)."""
+    where = at(e.span)
+    low = max(bound, 0)
+    note("max", "slice", bound, 0, low, where)
+    clamped = min(low, extent)
+    note("min", "slice", low, extent, clamped, where)
+    return clamped

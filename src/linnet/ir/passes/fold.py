@@ -7,7 +7,9 @@ materialised into the program). Values are computed by the reference kernels
 (`linnet.ir.kernels`), so folding cannot change what a program computes. An op
 whose evaluation fails at run time (an out-of-range constant index) is left in
 place for the backend to report. An `if` whose condition is constant is
-replaced by the ops of the taken branch.
+replaced by the ops of the taken branch. While an entry is sampled for dynamic
+generics, each folded comparison, `min`/`max`, division or remainder is noted
+(`linnet.ir.size_decisions`): its outcome may depend on a size.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from linnet.errors import LinnetError
 from linnet.ir.core import Function, Op
 from linnet.ir.kernels import KERNELS, evaluate
 from linnet.ir.passes.rewrite import Rewriter
+from linnet.ir.size_decisions import note_folded
 
 FOLD_LIMIT = 4096
 
@@ -40,10 +43,12 @@ class ConstantFolder(Rewriter):
             return self.inline_branch(op)
         if not self.foldable(op):
             return [op]
+        operands = [self.constants[v] for v in op.operands]
         try:
-            value = evaluate(op, [self.constants[v] for v in op.operands])
+            value = evaluate(op, operands)
         except LinnetError:
             return [op]
+        note_folded(op.kind, operands, value)
         self.constants[op.results[0]] = value
         self.changed = True
         return [Op("const", (), op.results, {"value": value})]

@@ -22,7 +22,9 @@ lowered, optimised `Function` (`linnet.pipeline`: check -> bind -> weights
   `B*S`), shapes are computed in the graph from the input axes that carry the
   generics, `linnet.dynamic` lists the generics (`B,S`) and each entry `where`
   clause involving them is `linnet.where.<N>` (JSON: text, lhs, rel, rhs), for
-  the runtime wrappers to check (`linnet.onnx.runtime.exported`).
+  the runtime wrappers to check (`linnet.onnx.runtime.exported`), and so is
+  each size guard (`linnet.ir.size_decisions`), which the graph also checks
+  before any output (`guards`).
 
 Ops are lowered by the table `RULES` (one rule per IR op kind, in the
 `export_*` modules); `while` becomes `Loop` and `if` becomes `If`.
@@ -47,6 +49,7 @@ from linnet.ir.ops import OP_KINDS
 from linnet.onnx.export.control import RULES as CONTROL_RULES
 from linnet.onnx.export.elementwise import RULES as ELEMENTWISE_RULES
 from linnet.onnx.export.graph import Emitter, Rule, describe_tensor, little_endian, value_info
+from linnet.onnx.export.guards import guard_zero, through_guards
 from linnet.onnx.export.limits import check_extents
 from linnet.onnx.export.payload import INLINE_LIMIT
 from linnet.onnx.export.reduce import RULES as REDUCE_RULES
@@ -158,18 +161,21 @@ def export_ir(
             name: (inputs[index].name, axis) for name, (index, axis) in dynamic.sources.items()
         }
     em.emit_ops(track(fn.body.ops, f"exporting `{fn.name}`"))
+    zero = guard_zero(em, dynamic.guards) if dynamic is not None else None
 
     outputs: list[GraphIO] = []
     for i, value in enumerate(fn.results):
         name, path = f"output{i}", None
         if gradients is not None:
             name, path = ("loss", None) if i == 0 else (f"grad{i - 1}", gradients[i - 1])
-        outputs.append(_output(em, name, "output", value.type, em.name(value), path))
+        source = through_guards(em, em.name(value), zero)
+        outputs.append(_output(em, name, "output", value.type, source, path))
         if dynamic is not None:
             symbolic[outputs[-1].name] = dynamic.shape(value)
     for path, value in updates:
         name = f"next_state{state_index[path]}"
-        outputs.append(_output(em, name, "next_state", value.type, em.name(value), path))
+        source = through_guards(em, em.name(value), zero)
+        outputs.append(_output(em, name, "next_state", value.type, source, path))
 
     def info(io: GraphIO) -> onnx.ValueInfoProto:
         dims = symbolic.get(io.name)

@@ -248,9 +248,32 @@ class Emitter:
         return self.dynamic.attr(op, key)
 
     def dims(self, values: Sequence[Dim]) -> str:
-        """A 1-D i64 tensor of sizes (a constant when none is symbolic)."""
+        """A 1-D i64 tensor of sizes (a constant when none is symbolic); a symbolic one is
+        computed once, in the main graph (every layer reshapes to the same `[B, S, H]`)."""
         if not any(isinstance(d, Poly) for d in values):
             return self.ints([d for d in values if isinstance(d, int)])
+        key = ("dims", tuple(values))
+        found = self._dim_names.get(key)
+        if found is None:
+            with self._main_graph():
+                found = self._dims(values)
+            self._dim_names[key] = found
+        return found
+
+    @contextmanager
+    def _main_graph(self) -> Iterator[None]:
+        """Nodes go to the main graph while the block runs (sizes: visible in every body)."""
+        inner = self.scope
+        root = inner
+        while root.parent is not None:
+            root = root.parent
+        self.scope = root
+        try:
+            yield
+        finally:
+            self.scope = inner
+
+    def _dims(self, values: Sequence[Dim]) -> str:
         parts: list[str] = []
         run: list[int] = []
         for d in values:
@@ -272,15 +295,8 @@ class Emitter:
         found = self._dim_names.get(d)
         if found is not None:
             return found
-        inner = self.scope
-        root = inner
-        while root.parent is not None:
-            root = root.parent
-        self.scope = root
-        try:
+        with self._main_graph():
             name = self._compute(d)
-        finally:
-            self.scope = inner
         self._dim_names[d] = name
         return name
 
@@ -292,15 +308,8 @@ class Emitter:
         found = self._dim_names.get(key)
         if found is None:
             vector = self.dim(d)
-            inner = self.scope
-            root = inner
-            while root.parent is not None:
-                root = root.parent
-            self.scope = root
-            try:
+            with self._main_graph():
                 found = self.one("Reshape", [vector, self.ints([])])
-            finally:
-                self.scope = inner
             self._dim_names[key] = found
         return found
 

@@ -16,7 +16,9 @@ One session per entry instead (`dynamic`): on an entry's first call, its own
 generics (`linnet.ir.dynamic`); when the graph is the same at every size the
 entry gets one session for all sizes, its `where` clauses checked per call
 by binding the entry (a LinnetError naming the clause) and its result shapes
-evaluated from the bound sizes. Entries that write a cache in place, calls
+evaluated from the bound sizes; a call at sizes outside the entry's size
+guards (`linnet.ir.size_decisions`: a size comparison folded when the graph
+was made) gets a session of its own. Entries that write a cache in place, calls
 with explicit `generics`, `argmax` or `cuda_graph`, entries whose graph
 depends on a size, and every entry of a model loaded with `dynamic=False`
 keep one session per input shape.
@@ -352,6 +354,8 @@ class OnnxModel:
             if generics or argmax or cuda_graph or not self.allow_dynamic
             else self.dynamic_session(name, types)
         )
+        if dynamic is not None and not _guards_hold(signature, types, dynamic[1]):
+            dynamic = None  # a size the dynamic graph was not made for: a session of its own
         result_types = None
         if dynamic is not None:
             session, dims = dynamic
@@ -592,6 +596,20 @@ def _result_types(
         t if shape is None else TensorType(tuple(evaluate(d, sizes) for d in shape), t.dtype)
         for t, shape in zip(contract.result_types, shapes, strict=True)
     ]
+
+
+def _guards_hold(
+    signature: EntrySignature, types: Sequence[TensorType], dims: DynamicShapes
+) -> bool:
+    """Whether the size guards of a dynamic entry (`linnet.ir.size_decisions`) hold here."""
+    if not dims.guards:
+        return True
+    from linnet.ir.bind import bind_entry_generics
+    from linnet.ir.size_decisions import guard_holds
+
+    bound = bind_entry_generics(signature, types)
+    sizes = {n: v for n in dims.names if isinstance(v := bound.values[n], int)}
+    return all(guard_holds(g, sizes) for g in dims.guards)
 
 
 def _dtype_of(array: np.ndarray[Any, Any], what: str) -> str:
