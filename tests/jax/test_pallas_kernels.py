@@ -142,3 +142,35 @@ def test_gradient_is_the_bodys(program: CheckedProgram, monkeypatch: pytest.Monk
     assert pallas.LAUNCHES[key] == before + 1
     np.testing.assert_allclose(np.asarray(ga), w @ b.T, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(np.asarray(gb), a.T @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_kernel_forward_clause_backward(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an op with a kernel and a gradient clause (x4_kernel_clause; language-extensions
+    # 3.3, 4.5): Pallas computes the value inside the clause's custom_vjp, whose
+    # backward is the clause's straight-through `dy`, not the clip's derivative
+    import jax
+    import jax.numpy as jnp
+
+    from linnet.jax import pallas
+    from linnet.jax.codegen import generate
+
+    monkeypatch.setenv("LINNET_PALLAS_INTERPRET", "1")
+    clause = TILES.parents[2] / "tests" / "conformance" / "valid" / "x4_kernel_clause.linnet"
+    checked = check_program(clause.read_text(encoding="utf-8"), None)
+    x = RNG.standard_normal(100, dtype=np.float32) * 2
+    w = RNG.standard_normal(100, dtype=np.float32)
+    fn, call = lowered(checked, "main", [x])
+    assert pallas.explain(call) is None
+    key = call.attrs["kernel_instance"].key
+    generated = generate(fn)
+    assert "_kernel" in generated.source and "clauses.apply" in generated.source
+
+    def loss(v: jax.Array) -> jax.Array:
+        (out,), _ = generated.entry({}, {}, v)
+        return jnp.sum(out * w)
+
+    before = pallas.LAUNCHES[key]
+    (value,), _ = generated.entry({}, {}, x)
+    np.testing.assert_array_equal(np.asarray(value), np.clip(x, -1.0, 1.0))
+    np.testing.assert_array_equal(np.asarray(jax.grad(loss)(x)), w)
+    assert pallas.LAUNCHES[key] == before + 2  # the plain call and the gradient's forward

@@ -75,3 +75,16 @@ def test_gradient_is_the_bodys(records: dict[str, dict[str, Any]], case: str) ->
     r = records[case]
     assert r["launches"] == 1
     assert r["diff"] <= 1e-5 * max(r["scale"], 1.0)
+
+
+@pytest.mark.parametrize("mode", ["interpreted", "generated", "exact"])
+def test_kernel_forward_clause_backward(records: dict[str, dict[str, Any]], mode: str) -> None:
+    # an op with a kernel and a gradient clause (language-extensions 3.3, 4.5): the
+    # kernel computes the value (with or without autograd), the clause's
+    # straight-through gradient is the backward, not the clip's derivative
+    launches = 0 if mode == "exact" else 1
+    for case in (f"clause {mode}", f"clause {mode} grad"):
+        r = records[case]
+        assert r["launches"] == launches, r
+        assert r["value"] == 0.0, r
+    assert records[f"clause {mode} grad"]["gradient"] == 0.0

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 TILES = Path(__file__).parents[2] / "examples" / "kernels" / "tiles.linnet"
+CLAUSE = Path(__file__).parents[1] / "conformance" / "valid" / "x4_kernel_clause.linnet"
 
 
 def main() -> None:
@@ -106,7 +107,51 @@ def main() -> None:
             }
         )
     records.extend(_gradients(program, module, rng))
+    records.extend(_clause_gradients(rng))
     json.dump(records, sys.stdout)
+
+
+def _clause_gradients(rng: np.random.Generator) -> list[dict[str, object]]:
+    """An op with a kernel and a gradient clause (x4_kernel_clause): the kernel runs
+    forward, the clause (straight-through: `dy`, not the clip's derivative) backward."""
+    import torch
+
+    from linnet.ir.core import TensorType
+    from linnet.ir.lower import lower_function
+    from linnet.ir.passes import optimize
+    from linnet.pipeline import check_program
+    from linnet.torch import triton_kernels
+    from linnet.torch.codegen import CompiledFunction
+    from linnet.torch.runner import Runner
+
+    program = check_program(CLAUSE.read_text(encoding="utf-8"), None)
+    fn = optimize(
+        lower_function(program, program.graph.roots[0], "main", [TensorType((100,), "f32")])
+    )
+    x = rng.standard_normal(100, dtype=np.float32) * 2
+    weight = rng.standard_normal(100, dtype=np.float32)
+    cpu = torch.device("cpu")
+    out: list[dict[str, object]] = []
+    for mode, run in (
+        ("interpreted", Runner(fn, cpu, hoist_weights=True)),
+        ("generated", CompiledFunction(fn, cpu, hoist_weights=True)),
+        ("exact", Runner(fn, cpu, hoist_weights=True, natives=False)),
+    ):
+        for grad in (True, False):
+            mine = torch.tensor(x, requires_grad=grad)
+            before = sum(triton_kernels.LAUNCHES.values())
+            (y,), _ = run({}, {}, [mine])
+            launched = sum(triton_kernels.LAUNCHES.values()) - before
+            record: dict[str, object] = {
+                "case": f"clause {mode}{' grad' if grad else ''}",
+                "launches": launched,
+                "value": float(np.abs(y.detach().numpy() - np.clip(x, -1.0, 1.0)).max()),
+            }
+            if grad:
+                (y * torch.from_numpy(weight)).sum().backward()
+                record["gradient"] = float(np.abs(mine.grad.numpy() - weight).max())  # type: ignore[union-attr]
+            out.append(record)
+    return out
 
 
 def _gradients(program: object, module: str, rng: np.random.Generator) -> list[dict[str, object]]:

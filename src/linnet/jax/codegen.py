@@ -390,7 +390,17 @@ class _Emitter:
         backward = self.name.fresh("backward")
         self.line(f"# {op.attrs['callee']} (gradient clause)")
         params = [self.name(v) for v in body.args] + free
-        self.nested(f"def {forward}({', '.join(params)}):", body, None, self.name(body.results[0]))
+        launcher = self.kernel_launcher(op) if "kernel_instance" in op.attrs else None
+        if launcher is None:
+            self.nested(
+                f"def {forward}({', '.join(params)}):", body, None, self.name(body.results[0])
+            )
+        else:  # the kernel computes the value (language-extensions 3.3)
+            self.line(f"def {forward}({', '.join(params)}):")
+            launched = ", ".join(self.name(v) for v in body.args)
+            self.depth += 1
+            self.line(f"return {launcher}({launched})")
+            self.depth -= 1
         *operands, result, grad = (self.name(v) for v in gradient.args)
         params = [*operands, *free, result, grad]
         results = [self.name(v) for v in gradient.results]
@@ -406,15 +416,23 @@ class _Emitter:
 
     def emit_kernel(self, op: Op) -> bool:
         """An op naming a kernel, launched through Pallas when it can be (`linnet.jax.pallas`)."""
+        name = self.kernel_launcher(op)
+        if name is None:
+            return False
+        self.assign(op, f"{name}({', '.join(self.args(op))})", str(op.attrs["callee"]))
+        return True
+
+    def kernel_launcher(self, op: Op) -> str | None:
+        """The global name bound to the Pallas launch of the op's kernel, or None when
+        the body runs instead."""
         from linnet.jax.pallas import pallas_launcher
 
         launcher = pallas_launcher(op)
         if launcher is None:
-            return False
+            return None
         name = f"_kernel{len(self.globals)}"
         self.globals[name] = launcher
-        self.assign(op, f"{name}({', '.join(self.args(op))})", str(op.attrs["callee"]))
-        return True
+        return name
 
 
 def generate(fn: Function) -> Generated:

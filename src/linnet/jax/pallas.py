@@ -29,7 +29,9 @@ its body assigns.
 
 Under `jax.grad` / `jax.vjp` the launch is a `jax.custom_vjp` whose backward
 rule is `jax.vjp` of the op's body (4.5 "Gradients"): the kernel computes the
-value, the body's derivative the gradient.
+value, the body's derivative the gradient. An op with a gradient clause as
+well gets the plain launch: the code generator makes it the forward of the
+clause's `custom_vjp` (`linnet.jax.clauses`), whose backward runs the clause.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import numpy as np
 from linnet.check.decls import LocalInfo
 from linnet.ir.core import Op, numpy_dtype
 from linnet.ir.kernel_instance import KernelInstance
+from linnet.ir.regions import clause_region
 from linnet.ir.tile_source import Unsupported, write_words
 from linnet.ir.tile_writer import TileWriter
 from linnet.jax.dtypes import JNP_NAMES
@@ -134,6 +137,8 @@ def pallas_launcher(op: Op) -> Callable[..., Any] | None:
         shaped = tuple(jnp.reshape(o, r.shape) for o, r in zip(outs, instance.results, strict=True))
         return shaped[0] if len(shaped) == 1 else shaped
 
+    if clause_region(op) is not None:  # the clause is the backward (`clauses.apply`)
+        return kernel_call
     body = _body_function(op)
 
     @jax.custom_vjp

@@ -44,7 +44,7 @@ from linnet.torch import natives as natives_module
 from linnet.torch import ops as ops_module
 from linnet.torch.analysis import Hoisting, free_values, hoist, walk, weights_key
 from linnet.torch.dtypes import EMULATED, FLOATS, MASKED, storage, to_torch
-from linnet.torch.natives import find_native
+from linnet.torch.natives import Native, find_native
 from linnet.torch.ops import Context, ContractPlan, contract_plan, ints, make_kernel
 
 Entry = Callable[..., tuple[list[torch.Tensor], dict[str, torch.Tensor]]]
@@ -501,12 +501,12 @@ class _Emitter:
     def emit_call(self, op: Op) -> None:
         callee = str(op.attrs["callee"])
         native = find_native(op, self.context) if self.natives else None
+        if clause_region(op) is not None:  # the native (a kernel) forward, the clause backward
+            self.emit_clause_call(op, callee, native)
+            return
         if native is not None:
             args = [self.name(v) for v in op.operands]
             self.assign(op, native.source(args), f"{callee} (native)")
-            return
-        if clause_region(op) is not None:
-            self.emit_clause_call(op, callee)
             return
         (body,) = op.regions
         self.line(f"# {callee}")
@@ -520,17 +520,25 @@ class _Emitter:
             else:
                 self.name.names[result] = self.name(value)
 
-    def emit_clause_call(self, op: Op, callee: str) -> None:
-        """An op with a gradient clause: its body and clause as local functions, applied
-        through `clauses.apply` (one `torch.autograd.Function`, language-extensions 3.4).
-        Values the clause reads from outside are bound as defaults when the call runs,
-        since `del` may drop them before the backward pass."""
+    def emit_clause_call(self, op: Op, callee: str, native: Native | None = None) -> None:
+        """An op with a gradient clause: its body (or `native`, the op's kernel launch)
+        and clause as local functions, applied through `clauses.apply` (one
+        `torch.autograd.Function`, language-extensions 3.4). Values the clause reads
+        from outside are bound as defaults when the call runs, since `del` may drop
+        them before the backward pass."""
         body, gradient = op.regions[0], clause_region(op)
         assert gradient is not None
         forward = self.name.fresh("forward")
         backward = self.name.fresh("backward")
         self.line(f"# {callee} (gradient clause)")
-        self._local_function(forward, body, [])
+        if native is None:
+            self._local_function(forward, body, [])
+        else:
+            params = [self.name.fresh(f"operand{i}") for i in range(len(op.operands))]
+            self.line(f"def {forward}({', '.join(params)}):")
+            self.depth += 1
+            self.line(f"return {native.source(params)}")
+            self.depth -= 1
         free = sorted({self.name(v) for v in region_free_values(gradient)})
         self._local_function(backward, gradient, free)
         wrt = tuple(int(i) for i in op.attrs["wrt"])  # type: ignore[attr-defined]

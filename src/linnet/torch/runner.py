@@ -30,7 +30,7 @@ from linnet.ir.regions import clause_region, region_free_values
 from linnet.torch import clauses
 from linnet.torch.analysis import free_values, hoist, walk, weights_key
 from linnet.torch.dtypes import storage
-from linnet.torch.natives import find_native
+from linnet.torch.natives import Native, find_native
 from linnet.torch.ops import Context, Kernel, make_kernel
 
 Env = list[Any]
@@ -208,12 +208,12 @@ class _Compiler:
     def call(self, op: Op) -> list[tuple[Step, Op]]:
         native = find_native(op, self.context) if self.natives else None
         ins = tuple(self.slot(v) for v in op.operands)
+        if clause_region(op) is not None:  # the native (a kernel) forward, the clause backward
+            return [(self.clause_call(op, ins, native), op)]
         if native is not None and len(op.results) > 1:  # a kernel with several results
             return [(_tuple_step(native.kernel, ins, tuple(map(self.slot, op.results))), op)]
         if native is not None:
             return [(_simple_step(native.kernel, ins, self.slot(op.result)), op)]
-        if clause_region(op) is not None:
-            return [(self.clause_call(op, ins), op)]
         # The body runs once per call: its arguments and results share the caller's slots.
         (body,) = op.regions
         for arg, operand in zip(body.args, op.operands, strict=True):
@@ -225,11 +225,12 @@ class _Compiler:
             self.slots[result] = self.slot(value)
         return steps
 
-    def clause_call(self, op: Op, ins: tuple[int, ...]) -> Step:
+    def clause_call(self, op: Op, ins: tuple[int, ...], native: Native | None = None) -> Step:
         """An op with a gradient clause: one `torch.autograd.Function` (`clauses`).
 
-        The body and the clause run on this environment; the values the clause reads
-        from outside are captured when the op runs (later steps may release them)."""
+        The body (or `native`, the op's kernel launch, when there is one: 3.4) and the
+        clause run on this environment; the values the clause reads from outside are
+        captured when the op runs (later steps may release them)."""
         body, gradient = op.regions[0], clause_region(op)
         assert gradient is not None
         body_args = [self.slot(v) for v in body.args]
@@ -246,6 +247,9 @@ class _Compiler:
             captured = [env[i] for i in free]
 
             def forward(*args: torch.Tensor) -> torch.Tensor:
+                if native is not None:
+                    launched: torch.Tensor = native.kernel(*args)
+                    return launched
                 for i, value in zip(body_args, args, strict=True):
                     env[i] = value
                 run_steps(body_steps, env)

@@ -43,6 +43,7 @@ import torch
 from linnet.atomic import write_bytes
 from linnet.ir.core import Op
 from linnet.ir.kernel_instance import KernelInstance
+from linnet.ir.regions import clause_region
 from linnet.ir.tile_source import Unsupported, write_words
 from linnet.torch.dtypes import storage
 from linnet.torch.ops import Context
@@ -95,14 +96,20 @@ def kernel_native(op: Op, context: Context) -> Any:
     from linnet.torch.natives import Native
 
     key = f"{op.attrs['callee']}|{instance.key}|{len(_LAUNCHERS)}"
-    body = _body_runner(op, context.device)
+    if clause_region(op) is not None:  # the clause is the backward (`clauses.apply`)
 
-    def run(*operands: torch.Tensor) -> Any:
-        if torch.is_grad_enabled() and any(o.requires_grad for o in operands):
-            return _KernelWithBodyGradient.apply(  # type: ignore[no-untyped-call]
-                instance, body, *operands
-            )
-        return launch(instance, operands)
+        def run(*operands: torch.Tensor) -> Any:
+            return launch(instance, operands)
+
+    else:
+        body = _body_runner(op, context.device)
+
+        def run(*operands: torch.Tensor) -> Any:
+            if torch.is_grad_enabled() and any(o.requires_grad for o in operands):
+                return _KernelWithBodyGradient.apply(  # type: ignore[no-untyped-call]
+                    instance, body, *operands
+                )
+            return launch(instance, operands)
 
     _LAUNCHERS[key] = run
 
