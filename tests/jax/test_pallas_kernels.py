@@ -1,7 +1,7 @@
 """Kernels through Pallas in the generated JAX (language-extensions 4.5, 4.7), interpret mode.
 
-Each of the three kernels of examples/kernels/tiles.linnet (a row softmax, a
-tiled matmul with a K loop, an atomic histogram) runs through `pl.pallas_call`
+Each kernel of examples/kernels/tiles.linnet (a row softmax, a tiled matmul
+with a K loop, an atomic histogram, a weighted prefix sum in a runtime `for`...) runs through `pl.pallas_call`
 with `interpret=True` (`LINNET_PALLAS_INTERPRET=1`) and is compared with its
 op's body run by the NumPy reference interpreter, on inputs whose ragged edges
 the masks guard. Without the interpret switch on a CPU, and when the kernel's
@@ -64,6 +64,8 @@ CASES = [
     ("histogram", [RNG.integers(-4, 21, 300).astype(np.int32)], 0.0),
     ("histogram", [RNG.integers(0, 16, 128).astype(np.int32)], 0.0),
     ("parts", [RNG.standard_normal(200, dtype=np.float32)], 0.0),
+    ("running", [RNG.standard_normal((9, 50), dtype=np.float32)], 1e-5),  # a runtime `for`
+    ("running", [RNG.standard_normal((1, 32), dtype=np.float32)], 1e-6),
 ]
 
 
@@ -174,3 +176,25 @@ def test_kernel_forward_clause_backward(monkeypatch: pytest.MonkeyPatch) -> None
     np.testing.assert_array_equal(np.asarray(value), np.clip(x, -1.0, 1.0))
     np.testing.assert_array_equal(np.asarray(jax.grad(loss)(x)), w)
     assert pallas.LAUNCHES[key] == before + 2  # the plain call and the gradient's forward
+
+
+def test_runtime_for_in_64_bit_mode(
+    program: CheckedProgram, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the loop variable is `i64` when JAX keeps 64-bit values (x64_scope), else int32
+    from linnet.jax import pallas
+    from linnet.jax.codegen import generate
+    from linnet.jax.dtypes import x64_scope
+
+    monkeypatch.setenv("LINNET_PALLAS_INTERPRET", "1")
+    x = RNG.standard_normal((5, 40), dtype=np.float32)
+    fn, call = lowered(program, "running", [x])
+    key = call.attrs["kernel_instance"].key
+    before = pallas.LAUNCHES[key]
+    with x64_scope(True):
+        (result,), _ = generate(fn).entry({}, {}, x)
+    assert pallas.LAUNCHES[key] == before + 1
+    weighted = x.astype(np.float64) * (np.arange(5)[:, None] + 1)
+    np.testing.assert_allclose(
+        np.asarray(result), np.cumsum(weighted, axis=0), rtol=1e-5, atol=1e-5
+    )

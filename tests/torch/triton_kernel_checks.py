@@ -74,6 +74,8 @@ def main() -> None:
         ("histogram ragged", "histogram", [rng.integers(-4, 21, 300).astype(np.int32)]),
         ("histogram one block", "histogram", [rng.integers(0, 16, 128).astype(np.int32)]),
         ("two results ragged", "parts", [rng.standard_normal(200, dtype=np.float32)]),
+        ("running for ragged", "running", [rng.standard_normal((9, 50), dtype=np.float32)]),
+        ("running for one row", "running", [rng.standard_normal((1, 32), dtype=np.float32)]),
     ]
     records = []
     for label, entry, inputs in cases:

@@ -19,8 +19,8 @@ How the body maps (4.6's table):
   broadcasts, a reduction broadcasts its body to the full domain and reduces
   the new axes. `sum[k] a[i, k] * b[k, j]` over 2-D `f32` tiles of at least
   16 is a matrix product (`tl.dot` / `jnp.dot`);
-- `let`, `var`, assignment, comprehensions, writes, `while` and `static for`
-  over a range (unrolled), `if` as a select, calls of module `fn`s and `op`s
+- `let`, `var`, assignment, comprehensions, writes, `while`, statement `for`
+  (a loop at run time) and `static for` over a range (unrolled), `if` as a select, calls of module `fn`s and `op`s
   inlined (their generics bound from the call); tuples, module constants,
   methods and calls inside index notation have no tile form here:
   `Unsupported`, and the op's body runs (4.5).
@@ -119,6 +119,8 @@ class TileWriter(ABC):
             self.write(s)
         elif isinstance(s, ast.StaticForStmt):
             self.static_for(s)
+        elif isinstance(s, ast.ForLoop):  # statement form only (a scan is E2127, B16)
+            self.for_stmt(s)
         else:
             raise Unsupported(f"`{type(s).__name__}` in a kernel")
 
@@ -168,6 +170,19 @@ class TileWriter(ABC):
         start, stop = self.tt.dim(info.start), self.tt.dim(info.stop)
         self.emit(f"for {var} in {self.static_range()}({start}, {stop}):")
         self.block(s.body.stmts)
+
+    def runtime_for(self, s: ast.ForLoop) -> tuple[str, int, int]:
+        """A statement `for i in a..b`: the loop variable's name and the bounds (compile-time
+        integers of the instantiation)."""
+        info = self.tt.program.runtime_fors.get(s)
+        if info is None:
+            raise Unsupported("an unchecked `for`")
+        var = self.tt.local_name(info.variable) if info.variable is not None else "_"
+        return var, self.tt.dim(info.start), self.tt.dim(info.stop)
+
+    @abstractmethod
+    def for_stmt(self, s: ast.ForLoop) -> None:
+        """A statement `for` (B16): a loop at run time, its variable an `i64` scalar."""
 
     @abstractmethod
     def static_range(self) -> str:

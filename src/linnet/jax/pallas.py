@@ -24,8 +24,8 @@ JAX's interpreter has no masked atomics and drops repeated indices within one
 program. On a GPU `plgpu.atomic_*` are emitted instead (not exercised on this
 CPU-only machine). Reductions are `jnp.sum`/`max`/`min`/`prod`/`any`/`all`,
 contractions `jnp.dot(..., preferred_element_type=f32, precision=HIGHEST)`,
-integer `/` and `%` truncate, `while` is `lax.while_loop` over the variables
-its body assigns.
+integer `/` and `%` truncate, `while` is `lax.while_loop` and a statement `for`
+`lax.fori_loop` over the variables its body assigns.
 
 Under `jax.grad` / `jax.vjp` the launch is a `jax.custom_vjp` whose backward
 rule is `jax.vjp` of the op's body (4.5 "Gradients"): the kernel computes the
@@ -253,6 +253,28 @@ class PallasWriter(TileWriter):
         self.depth -= 1
         self.emit(f"{pack} = lax.while_loop({cond}, {body}, {pack})")
 
+    def for_stmt(self, s: ast.ForLoop) -> None:
+        """`lax.fori_loop` over the bounds, carrying the variables the body assigns."""
+        var, start, stop = self.runtime_for(s)
+        carried = self.assigned(s.body.stmts)
+        names = [self.tt.local_name(local) for local in carried]
+        pack = "(" + "".join(f"{n}, " for n in names) + ")"
+        self.loops += 1
+        body, counter = f"_body{self.loops}", f"_i{self.loops}"
+        self.emit(f"def {body}({counter}, _carry):")
+        self.depth += 1
+        self.emit(f"{pack} = _carry")
+        # The variable is `i64`: JAX keeps that only in 64-bit mode (`linnet.jax.dtypes`);
+        # otherwise the `int32` counter holds the same value (the bounds are small constants).
+        wide = self.to(counter, self.dt("i64"))
+        self.emit(f"{var} = {wide} if jax.config.jax_enable_x64 else {counter}")
+        self.depth -= 1
+        self.block(s.body.stmts)
+        self.depth += 1
+        self.emit(f"return {pack}")
+        self.depth -= 1
+        self.emit(f"{pack} = lax.fori_loop({start}, {stop}, {body}, {pack})")
+
     def assigned(self, stmts: tuple[ast.Stmt, ...]) -> list[LocalInfo]:
         """The outer variables a loop body assigns (its carried values), in order."""
         found: dict[LocalInfo, None] = {}
@@ -263,7 +285,7 @@ class PallasWriter(TileWriter):
                     local = self.tt.resolved(s.target)
                     if isinstance(local, LocalInfo):
                         found.setdefault(local, None)
-                elif isinstance(s, (ast.WhileStmt, ast.StaticForStmt)):
+                elif isinstance(s, (ast.WhileStmt, ast.StaticForStmt, ast.ForLoop)):
                     walk(s.body.stmts)
 
         walk(stmts)

@@ -61,6 +61,15 @@ class TritonWriter(TileWriter):
     def static_range(self) -> str:
         return "tl.static_range"
 
+    def for_stmt(self, s: ast.ForLoop) -> None:
+        var, start, stop = self.runtime_for(s)
+        counter = self.fresh("i")
+        self.emit(f"for {counter} in tl.range({start}, {stop}):")
+        self.depth += 1
+        self.emit(f"{var} = {self.to(counter, self.dt('i64'))}")  # the variable is `i64`
+        self.depth -= 1
+        self.block(s.body.stmts)
+
     def while_stmt(self, s: ast.WhileStmt) -> None:
         self.emit(f"while {self.expr(s.cond)}:")
         self.block(s.body.stmts)
