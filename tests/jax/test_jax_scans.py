@@ -71,7 +71,6 @@ def test_jax_grad_through_a_scan_equals_torch_autograd() -> None:
     import jax.numpy as jnp
 
     from linnet.jax import load_source
-    from linnet.jax.dtypes import x64_scope
 
     (case,) = [c for c in CASES if c.id == "rnn"]
     f = load_source(SOURCE, entry="rnn", generics=case.generics)
@@ -81,9 +80,7 @@ def test_jax_grad_through_a_scan_equals_torch_autograd() -> None:
         hs, h = f.apply({}, *args)
         return jnp.sum(hs.reshape(-1) * weights) + jnp.sum(h)
 
-    # the loop index is an i64: 64-bit dtypes need x64 around the whole trace
-    with x64_scope(True):
-        grads = jax.grad(loss, argnums=tuple(range(5)))(*(jnp.asarray(x) for x in case.inputs))
+    grads = jax.grad(loss, argnums=tuple(range(5)))(*(jnp.asarray(x) for x in case.inputs))
     xs, w, u, b, h0 = (torch.from_numpy(np.array(x)).requires_grad_() for x in case.inputs)
     h = h0
     rows = []
@@ -94,6 +91,39 @@ def test_jax_grad_through_a_scan_equals_torch_autograd() -> None:
     torch_grads = torch.autograd.grad(expected, (xs, w, u, b, h0))
     for g, e in zip(grads, torch_grads, strict=True):
         np.testing.assert_allclose(np.asarray(g), e.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "case_id", ["smooth", "dominant", "ramps", "pair_sums", "steps_between", "rnn", "gru"]
+)
+def test_jax_grad_needs_no_x64_scope_from_the_caller(case_id: str) -> None:
+    # the loop index is an i64: the function runs in x64_scope, but jax.grad transposes
+    # its gather after that scope; 32-bit positions (K.narrow_index) make that work, with
+    # the gradients the caller's own x64_scope gives
+    import jax
+    import jax.numpy as jnp
+
+    from linnet.jax import load_source
+    from linnet.jax.dtypes import x64_scope
+
+    (case,) = [c for c in CASES if c.id == case_id]
+    f = load_source(SOURCE, entry=case.entry, generics=case.generics)
+    inputs = [jnp.asarray(x) for x in case.inputs]
+    argnums = tuple(i for i, x in enumerate(inputs) if jnp.issubdtype(x.dtype, jnp.floating))
+
+    def loss(*args):  # type: ignore[no-untyped-def]
+        out = f.apply({}, *args)
+        results = out if isinstance(out, tuple) else (out,)
+        floats = [r for r in results if jnp.issubdtype(r.dtype, jnp.floating)]
+        return sum(jnp.sum(jnp.sin(r)) for r in floats)
+
+    grads = jax.grad(loss, argnums=argnums)(*inputs)
+    assert not jax.config.read("jax_enable_x64")
+    with x64_scope(True):
+        expected = jax.grad(loss, argnums=argnums)(*inputs)
+    for g, e in zip(grads, expected, strict=True):
+        assert g.dtype == e.dtype
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(e))
 
 
 @pytest.mark.parametrize("mode", ["source", "stablehlo"])

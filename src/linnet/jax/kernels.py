@@ -122,8 +122,27 @@ def contract(
     return out.astype(held) if accumulate != held else out
 
 
+def narrow_index(indices: Array) -> Array:
+    """64-bit positions as `int32` with the same effect on any axis shorter than 2**31
+    (values beyond the `int32` range are clamped to it first, which a clipped or
+    out-of-range position reads the same).
+
+    The residuals a gradient keeps are then 32-bit: `jax.grad` transposes a traced
+    `gather` after `linnet.jax`'s call has left its `x64_scope` (the loop index of a
+    runtime `for` is `i64`), and a 64-bit position there meets 32-bit bounds."""
+    dtype = jnp.result_type(indices)
+    if dtype not in (jnp.dtype("int64"), jnp.dtype("uint64")):
+        return indices
+    info = np.iinfo(np.int32)
+    return jnp.clip(indices, info.min if dtype == jnp.dtype("int64") else 0, info.max).astype(
+        jnp.int32
+    )
+
+
 def gather(x: Array, indices: Array, axis: int) -> Array:
     """`numpy.take(x, indices, axis)` (rank-0 indices remove the axis)."""
+    if jnp.shape(x)[axis] < 2**31:
+        indices = narrow_index(indices)
     return jnp.take(x, indices, axis=axis, mode="clip")
 
 
@@ -131,4 +150,6 @@ def take(x: Array, *indices: Array) -> Array:
     """`x[i_0, ..., i_{r-1}]` with one (broadcast) index tensor per axis."""
     if not indices:
         return jnp.asarray(x)
+    if max(jnp.shape(x), default=0) < 2**31:
+        indices = tuple(narrow_index(i) for i in indices)
     return jnp.asarray(x)[tuple(indices)]
