@@ -157,3 +157,21 @@ def test_every_grad_exporter_gives_the_clauses(backend: str) -> None:
     want = [loss.detach().numpy(), *(g.numpy() for g in torch.autograd.grad(loss, [a, b]))]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-7)
+
+
+def test_an_op_with_a_kernel_exports_its_body_and_clause() -> None:
+    # x4_kernel_clause: `--grad` exports run the op's body forward (never the kernel, 4.5)
+    # and its straight-through clause backward, not the clip's derivative
+    kernel_clause = EXAMPLES.with_name("x4_kernel_clause.linnet").read_text(encoding="utf-8")
+    source = kernel_clause + (
+        "\npub entry loss(x: Tensor[100; f32]) -> f32 {\n"
+        "    let y = clipped(x, 1.0)\n"
+        "    return sum[i] y[i] * y[i]\n"
+        "}\n"
+    )
+    x = (np.random.default_rng(3).normal(size=100) * 2).astype(np.float32)
+    exported = export_function(source, "loss", generics={}, grad=True)
+    got = _run(exported, {"x": x})
+    clipped = np.clip(x, -1.0, 1.0)
+    np.testing.assert_allclose(got["loss"], np.sum(clipped.astype(np.float64) ** 2), rtol=1e-6)
+    np.testing.assert_array_equal(got["grad0"], 2 * clipped)
