@@ -64,7 +64,8 @@ class TritonWriter(TileWriter):
     def for_stmt(self, s: ast.ForLoop) -> None:
         var, start, stop = self.runtime_for(s)
         counter = self.fresh("i")
-        self.emit(f"for {counter} in tl.range({start}, {stop}):")
+        stages = "" if self.inst.stages is None else f", num_stages={self.inst.stages}"
+        self.emit(f"for {counter} in tl.range({start}, {stop}{stages}):")
         self.depth += 1
         self.emit(f"{var} = {self.to(counter, self.dt('i64'))}")  # the variable is `i64`
         self.depth -= 1
