@@ -122,6 +122,28 @@ where M > 1 {
     assert held == [True, True, False, False, True]
 
 
+def test_a_divisibility_clause_on_the_second_generic(tmp_path: Path) -> None:
+    """`M % 2 == 0` once made the sampler refuse every size of `N` (the spare size it
+    gave `M` was odd); the export now runs and the clause comes back on import."""
+    source = """module m
+pub entry f<N: Dim, M: Dim>(x: Tensor[N, M; f32]) -> Tensor[N, M / 2; f32]
+where M % 2 == 0 {
+    let r = reshape(x, [N, M / 2, 2])
+    let y[i, j] = r[i, j, 0] + r[i, j, 1]
+    return y
+}"""
+    shapes = [(3, 4), (1, 10), (2, 3), (5, 2)]
+    feeds = [{"x": np.arange(n * m, dtype=np.float32).reshape(n, m)} for n, m in shapes]
+    text, held = _round_trip(source, ["N", "M"], feeds, tmp_path)
+    assert _where(text) == ["M % 2 == 0"]
+    assert held == [True, True, False, True]
+    x = feeds[0]["x"]
+    (y,) = ExportedSession(export_function(source, "f", generics={}, dynamic=["N", "M"])).run(
+        {"x": x}
+    )
+    np.testing.assert_array_equal(y, x[:, 0::2] + x[:, 1::2])
+
+
 def test_a_guard_of_another_shape_is_still_refused_naming_it(tmp_path: Path) -> None:
     """Only the exact form the exporter writes is read back as a clause."""
     exported = export_function(

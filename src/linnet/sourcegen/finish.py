@@ -116,12 +116,11 @@ def finish_import(
         type_names=type_names,
     )
     try:
-        t = translate(graph, registry, layout)
+        t = translate(graph, registry, layout, lambda t: state_where(t, where, label))
     except Unsupported as exc:
         raise ImportRefusedError(f"cannot import {label}: {exc}") from None
     if t.refusals:
         raise refusal_error(label, t.refusals)
-    state_where(t, where, label)
     notes += t.notes
     writers, state_notes = restore_state(t, layout)
     notes += state_notes
