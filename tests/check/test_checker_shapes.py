@@ -260,6 +260,8 @@ SLICES = [
     ("x[b, t]", "Tensor[H; f32]"),
     ("x[0, 0, 0]", "f32"),
     ("x[1:, ...]", "Tensor[max(B - 1, 0), S, H; f32]"),
+    ("x[:, 0:min(S, 8)]", "Tensor[B, min(8, S), H; f32]"),
+    ("x[:, 0:max(S, 8)]", "Tensor[B, S, H; f32]"),
 ]
 
 
@@ -298,3 +300,33 @@ def test_slice_extent_uses_facts() -> None:
         (0, "slice", "B"),
         (1, "slice", "2"),
     ]
+
+
+def test_slice_up_to_a_min_has_the_min_as_its_extent() -> None:
+    """`x[0:min(N, 8)]` is `Tensor[min(N, 8)]`: the clamp `min(min(N, 8), N)` merges."""
+    clean(
+        """
+        module t.a
+        pub fn head<N: Dim>(x: Tensor[N; f32]) -> Tensor[min(N, 8); f32] {
+            return x[0:min(N, 8)]
+        }
+        pub fn head2<N: Dim, M: Dim>(x: Tensor[N, M; f32]) -> Tensor[min(8, N), min(M, min(4, M)); f32] {
+            return x[0:min(8, N), 0:min(4, M)]
+        }
+        pub fn tail<N: Dim>(x: Tensor[N; f32]) -> Tensor[max(N - 2, 0); f32] {
+            return x[2:max(N, 2)]
+        }
+        """
+    )
+
+
+def test_a_merged_min_still_refuses_a_different_bound() -> None:
+    d = only(
+        """
+        module t.a
+        pub fn head<N: Dim>(x: Tensor[N; f32]) -> Tensor[min(N, 4); f32] {
+            return x[0:min(N, 8)]
+        }
+        """
+    )
+    assert d.code == "E2202"

@@ -113,6 +113,36 @@ def test_eager_min_max_rules() -> None:
     assert N.minimum(M) != N.maximum(M)
 
 
+def test_nested_min_max_merge_repeats_and_fold_constants() -> None:
+    assert N.minimum(c(8).minimum(N)) == N.minimum(8)
+    assert N.minimum(8).minimum(N) == N.minimum(8)
+    assert N.maximum(M.maximum(N)) == N.maximum(M)
+    assert N.minimum(8).minimum(3) == N.minimum(3)
+    assert N.maximum(8).maximum(3) == N.maximum(8)
+    assert c(2).minimum(N.minimum(c(5))) == N.minimum(2)
+    assert (N + 1).minimum(M.minimum(N + 3)) == (N + 1).minimum(M)
+    assert (N + 1).minimum(M.minimum(N)) == N.minimum(M)
+    assert N.minimum(M).minimum(K.minimum(N)) == N.minimum(K.minimum(M))
+    assert N.minimum(M.minimum(K)).minimum(M) == N.minimum(M.minimum(K))
+    assert str(N.minimum(c(8).minimum(N))) == "min(8, N)"
+
+
+def test_min_max_absorb_each_other() -> None:
+    assert N.minimum(N.maximum(M)) == N
+    assert N.maximum(M).minimum(N) == N
+    assert N.maximum(N.minimum(M)) == N
+    assert N.minimum(M).minimum(N.maximum(M)) == N.minimum(M)
+    assert N.maximum(M).maximum(N.minimum(K)) == N.maximum(M)
+    # Not absorbed: `max(N, M)` and `max(N, K)` are incomparable.
+    assert str(N.maximum(M).minimum(N.maximum(K))) == "min(max(N, M), max(N, K))"
+
+
+def test_distinct_operands_are_kept() -> None:
+    assert str(N.minimum(M.minimum(8))) == "min(N, min(8, M))"
+    assert str(N.minimum(2 * N)) == "min(N, 2 * N)"
+    assert str(N.minimum(2 * M.minimum(N))) == "min(N, 2 * min(N, M))"
+
+
 def test_equal_expressions_compare_equal_and_hash_alike() -> None:
     a = (2 * H).floordiv(2)
     assert a == H
@@ -280,6 +310,28 @@ def test_arithmetic_commutes_with_evaluation(a: Dim, b: Dim, values: dict[Symbol
     assert a + b == b + a
     assert a * b == b * a
     assert a.minimum(b) == b.minimum(a)
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(DIMS, DIMS, DIMS, VALUES)
+def test_nested_min_max_agree_with_evaluation(
+    a: Dim, b: Dim, d: Dim, values: dict[Symbol, int]
+) -> None:
+    """The merging and absorption rules are sound: repeats and mixed nests evaluate right."""
+    x, y, z = (e.evaluate(values) for e in (a, b, d))
+    nests = [
+        (a.minimum(b.minimum(a)), min(x, y)),
+        (a.maximum(b.maximum(a)), max(x, y)),
+        (a.minimum(b).minimum(d.minimum(a)), min(x, y, z)),
+        (a.minimum(a.maximum(b)), x),
+        (a.maximum(a.minimum(b)), x),
+        (a.maximum(b).minimum(a.maximum(d)), min(max(x, y), max(x, z))),
+        (a.minimum(b.maximum(d)).maximum(d.minimum(a)), max(min(x, max(y, z)), min(z, x))),
+        (a.minimum(3).minimum(b.minimum(5)), min(x, y, 3)),
+    ]
+    for nest, expected in nests:
+        assert nest.evaluate(values) == expected
+    assert a.minimum(b.minimum(a)) == b.minimum(a).minimum(a)
 
 
 @settings(derandomize=True, max_examples=200, deadline=None)

@@ -13,6 +13,7 @@ error from the bare session (the guard is in the graph).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,8 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "max": ("let y[i] = x[i] * cast<f32>(max(3, N))\n    return y", "max"),
     "floor": ("let y[i] = x[i] * cast<f32>(N / 4)\n    return y", "/"),
     "mod": ("let y[i] = x[i] * cast<f32>(N % 8)\n    return y", "%"),
-    # The slice's type is `Tensor[min(8, N)]`: its `min` is the first decision noted.
-    "clamp": ("let y[i] = x[i] + sum[j] x[0:8][j]\n    return y", "min"),
+    # The slice's type `Tensor[min(8, N)]` decides the same: the guard names the slice.
+    "clamp": ("let y[i] = x[i] + sum[j] x[0:8][j]\n    return y", "slice"),
     # Runtime scalars made from a size: the constant folder decides them.
     "folded_gt": (
         "let n = cast<i32>(N)\n    let y[i] = select(n > 4, x[i] * 2.0, x[i] + 1.0)\n    return y",
@@ -114,6 +115,37 @@ def test_a_folded_size_comparison_never_gives_wrong_numbers(name: str) -> None:
 def test_a_clamp_inside_a_called_functions_type_is_guarded() -> None:
     served, refused = _check_every_size(TYPE_MIN, "min")
     assert 5 in served and 12 in refused
+
+
+def _guard_texts(source: str) -> list[str]:
+    exported = export_function(source, "f", generics={}, dynamic=["N"])
+    props = sorted(
+        (p.key, p.value) for p in exported.model.metadata_props if p.key.startswith("linnet.where.")
+    )
+    return [json.loads(value)["text"] for _, value in props]
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        ("let y = if N - 2 > 2 { x * 2.0 } else { x + 1.0 }", "N - 2 > 2 (`>`, `N - 2 > 2` at"),
+        ("let y = if 10 - N > 2 { x * 2.0 } else { x + 1.0 }", "-N + 10 > 2 (`>`"),
+        ("let y = if 2 * N - 3 < 20 { x * 2.0 } else { x + 1.0 }", "2*N - 3 < 20 (`<`"),
+        ("let y = x + sum[j] x[0:8][j]", "N <= 8 (`slice`, `x[0:8]` at"),
+    ],
+    ids=["minus", "negated", "scaled", "slice"],
+)
+def test_guard_texts_read_like_source(body: str, text: str) -> None:
+    (shown,) = _guard_texts(_source(f"{body}\n    return y"))
+    assert shown.startswith(text), shown
+    assert "+ -" not in shown
+
+
+def test_guards_true_at_every_size_are_left_out() -> None:
+    """`N >= 0` (a truncating division's operand, the start of `x[0:8]`) always holds."""
+    texts = _guard_texts(_source(PROGRAMS["folded_div"][0]))
+    assert [t.split(" (")[0] for t in texts] == ["N / 4 == 1", "N / 4 == 1"]
+    assert len(_guard_texts(_source(PROGRAMS["clamp"][0]))) == 1
 
 
 def test_a_threshold_the_samples_straddle_is_refused_at_export() -> None:
@@ -216,13 +248,14 @@ def test_two_generics_need_four_lowerings_for_sums_and_five_for_products(
         np.testing.assert_array_equal(y, x.reshape(-1))
 
 
-def test_importing_a_guarded_export_is_refused_naming_the_guard(tmp_path: Path) -> None:
+def test_importing_a_guarded_export_states_the_guard(tmp_path: Path) -> None:
+    """The round trip itself is tests/onnx/test_import_guarded.py."""
     from linnet.onnx.importer.api import import_onnx
 
     source = _source("let y = if N > 4 { x * 2.0 } else { x + 1.0 }\n    return y")
     exported = export_function(source, "f", generics={}, dynamic=["N"])
-    with pytest.raises(LinnetError, match=r"linnet guard 0: N > 4"):
-        import_onnx(exported.model, output=tmp_path / "m.linnet", weights=tmp_path / "w")
+    result = import_onnx(exported.model, output=tmp_path / "m.linnet", weights=tmp_path / "w")
+    assert "where N > 4 {" in result.source
 
 
 def test_a_reused_op_body_notes_its_decisions_at_every_sample() -> None:

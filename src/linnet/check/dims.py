@@ -635,9 +635,72 @@ def _normalise_pair(a: Dim, b: Dim) -> tuple[Dim, Dim, bool, int]:
     return a, b, neg, max(g, 1)
 
 
+def _lattice_operands(kind: int, d: Dim) -> list[Dim]:
+    """The operands of `d` read as a nest of `kind` (`min(a, min(b, c))` is `[a, b, c]`).
+
+    Only a bare atom (coefficient 1, nothing added) is a nest; anything else
+    is one operand.
+    """
+    if len(d._terms) == 1:
+        mono, coeff = d._terms[0]
+        if coeff == 1 and len(mono) == 1:
+            atom = mono[0]
+            if type(atom) is Op and atom.kind == kind:
+                return _lattice_operands(kind, atom.a) + _lattice_operands(kind, atom.b)
+    return [d]
+
+
+def _prune_lattice(kind: int, operands: list[Dim]) -> list[Dim]:
+    """Drop the operands of a flattened `min` (`max`) that can never be chosen.
+
+    Sound for every value of the symbols (no facts needed):
+    - of two operands differing by a constant, only the smaller (larger) one
+      can be the `min` (`max`): this merges repeats (`min(a, min(b, a))` is
+      `min(a, b)`) and folds constants (`min(3, min(8, N))` is `min(3, N)`);
+    - absorption: an operand `max(...)` (`min(...)`) whose own operands
+      include every operand of another one is at least (at most) that one
+      (`min(a, max(a, b))` is `a`).
+    Equal values keep the operand with the smaller key, so the result does not
+    depend on the order of the operands.
+    """
+    kept: list[Dim] = []
+    for d in operands:
+        for i, k in enumerate(kept):
+            diff = (d - k).as_int()
+            if diff is not None:
+                better = diff < 0 if kind == MIN else diff > 0
+                if better or (diff == 0 and d.key < k.key):
+                    kept[i] = d
+                break
+        else:
+            kept.append(d)
+    other = MAX if kind == MIN else MIN
+    sets = [frozenset(_lattice_operands(other, d)) for d in kept]
+
+    def dominated(j: int) -> bool:
+        for i, s in enumerate(sets):
+            if i != j and s <= sets[j] and (s != sets[j] or kept[i].key < kept[j].key):
+                return True
+        return False
+
+    return [d for j, d in enumerate(kept) if not dominated(j)]
+
+
 def _minmax(kind: int, a: Dim, b: Dim) -> Dim:
     if a == b:
         return a
+    flat = _lattice_operands(kind, a) + _lattice_operands(kind, b)
+    pruned = _prune_lattice(kind, flat)
+    if len(pruned) < len(flat):
+        # Rebuild from fewer operands, in a canonical order (constants first in
+        # min, last in max), so `min(a, min(b, a))` and `min(min(a, b), b)`
+        # reach the same form; each nested call has fewer operands again.
+        const_last = kind == MAX
+        pruned.sort(key=lambda d: ((d.as_int() is not None) == const_last, d.key))
+        acc = pruned[-1]
+        for d in reversed(pruned[:-1]):
+            acc = _minmax(kind, d, acc)
+        return acc
     diff = (a - b).as_int()
     if diff is not None:
         if kind == MIN:

@@ -219,11 +219,7 @@ def _choose_samples(
         for value in CANDIDATES:
             if value in first.values():
                 continue
-            trial = {**first, name: value}
-            trial.update(
-                {n: c for n, c in zip(order, _spare(first, value), strict=False) if n not in trial}
-            )
-            if fits(trial):
+            if _fits_with_some_rest(order, {**first, name: value}, fits):
                 first[name] = value
                 break
         else:
@@ -245,9 +241,22 @@ def _choose_samples(
     return samples
 
 
-def _spare(first: Mapping[str, int], value: int) -> list[int]:
-    taken = {*first.values(), value}
-    return [c for c in CANDIDATES if c not in taken]
+def _fits_with_some_rest(
+    order: tuple[str, ...], chosen: Mapping[str, int], fits: Callable[[Mapping[str, int]], bool]
+) -> bool:
+    """Whether the generics not chosen yet can take distinct spare sizes that fit with
+    `chosen`: each rotation of the spare candidates is tried in turn (so a clause on a
+    later generic, `M % 2 == 0`, does not reject every size of an earlier one)."""
+    taken = set(chosen.values())
+    spare = [c for c in CANDIDATES if c not in taken]
+    rest = [n for n in order if n not in chosen]
+    if not rest:
+        return fits(chosen)
+    for shift in range(len(spare)):
+        rotated = spare[shift:] + spare[:shift]
+        if fits({**chosen, **dict(zip(rest, rotated, strict=False))}):
+            return True
+    return False
 
 
 def _sources(fn: Function, dims: DynamicShapes) -> dict[str, tuple[int, int]]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -249,14 +250,28 @@ def checked_guards(
     first = logs[0]
     for k in range(max(len(log) for log in logs)):
         _agree([log[k] if k < len(log) else None for log in logs], samples)
-    guards: dict[tuple[object, ...], SizeGuard] = {}
+    guards: dict[tuple[object, ...], tuple[int, SizeGuard]] = {}
     for k, decision in enumerate(first):
         taken = [log[k] for log in logs]
         if all(d == decision for d in taken):
             continue  # the same at every sample: it does not depend on the dynamic sizes
+        rank = _rank(decision)
         for guard in _guards(taken, fit, ", ".join(samples[0])):
-            guards.setdefault((guard.lhs, guard.rel, guard.modulus), guard)
-    return list(guards.values())
+            key = (guard.lhs, guard.rel, guard.modulus)
+            if key not in guards or rank < guards[key][0]:
+                guards[key] = (rank, guard)
+    return [guard for _, guard in guards.values()]
+
+
+def _rank(d: Decision) -> int:
+    """Which decision names a guard several decisions share: what the source wrote (a slice,
+    a comparison) before the size in a type it made (`min(8, N)` of `x[0:8]`), before an
+    IR op the constant folder evaluated."""
+    if d.where.startswith("the size "):
+        return 1
+    if d.where.startswith("the folded op "):
+        return 2
+    return 0
 
 
 def _agree(taken: Sequence[Decision | None], samples: Sequence[Mapping[str, int]]) -> None:
@@ -342,12 +357,47 @@ def _compare(left: Dim, rel: str, right: Dim, why: str, text: str | None = None)
     if not isinstance(difference, Poly):
         return []  # a constant relation, true at the samples: true at every size
     scaled = difference * difference.denominator
-    return [SizeGuard(scaled, rel, None, text or f"{_term(left)} {rel} {_term(right)}{why}")]
+    if isinstance(scaled, Poly) and _always(scaled, rel):
+        return []  # `0 <= N`: true at every size, since sizes are never negative
+    shown = f"{shown_dim(left)} {rel} {shown_dim(right)}{why}"
+    return [SizeGuard(scaled, rel, None, text or shown)]
+
+
+def _always(p: Poly, rel: str) -> bool:
+    """Whether `p rel 0` holds for all non-negative values of the generics (every
+    coefficient has the sign the relation wants; a strict one needs the constant too)."""
+    zero = tuple(0 for _ in p.names)
+    const = dict(p.terms).get(zero, Fraction(0))
+    signs = [c for e, c in p.terms if e != zero]
+    above = all(c >= 0 for c in signs) and (const > 0 or (rel == ">=" and const >= 0))
+    below = all(c <= 0 for c in signs) and (const < 0 or (rel == "<=" and const <= 0))
+    return (rel in (">=", ">", "!=") and above) or (rel in ("<=", "<", "!=") and below)
+
+
+def shown_dim(d: Dim) -> str:
+    """A fitted size as people write it: `N - 4`, `-N + 8`, `3*B + 2*S - 1` (`str(Poly)`
+    is the `dim_param` form, `N + -4`, which `parse_poly` reads back)."""
+    if not isinstance(d, Poly):
+        return str(d)
+    text = ""
+    for exps, c in d.terms:
+        factors = [
+            name if p == 1 else f"{name}^{p}" for name, p in zip(d.names, exps, strict=True) if p
+        ]
+        size = abs(c)
+        if size != 1 or not factors:
+            factors.insert(0, str(size))
+        term = "*".join(factors)
+        if not text:
+            text = f"-{term}" if c < 0 else term
+        else:
+            text += f" - {term}" if c < 0 else f" + {term}"
+    return text
 
 
 def _term(d: Dim) -> str:
-    shown = str(d)
-    return f"({shown})" if " " in shown else shown
+    shown = shown_dim(d)
+    return f"({shown})" if " " in shown or shown.startswith("-") else shown
 
 
 def _denominator(*values: Dim) -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import TypeAlias, Union
 
@@ -333,6 +333,43 @@ def _atom_json(a: Symbol | CheckOp) -> object:
         return a.name
     kind = {FLOOR: "floor", MOD: "mod", MIN: "min", MAX: "max"}[a.kind]
     return [kind, dim_to_json(a.a), dim_to_json(a.b)]
+
+
+def dim_from_json(data: object, symbol: Callable[[str], CheckDim]) -> CheckDim:
+    """The checker `Dim` of a `dim_to_json` form, each generic name read by `symbol`
+    (the importers map it to the generic of the entry they write)."""
+    if not isinstance(data, list):
+        raise LinnetError(f"malformed size expression {json.dumps(data)}")
+    total = CheckDim.const(0)
+    for term in data:
+        if not isinstance(term, list) or len(term) != 2 or type(term[0]) is not int:
+            raise LinnetError(f"malformed size expression {json.dumps(data)}")
+        coef, atoms = term
+        if not isinstance(atoms, list):
+            raise LinnetError(f"malformed size expression {json.dumps(data)}")
+        value = CheckDim.const(coef)
+        for atom in atoms:
+            value = value * _atom_from_json(atom, symbol)
+        total = total + value
+    return total
+
+
+def _atom_from_json(atom: object, symbol: Callable[[str], CheckDim]) -> CheckDim:
+    if isinstance(atom, str):
+        return symbol(atom)
+    if not isinstance(atom, list) or len(atom) != 3 or atom[0] not in _JSON_OPS:
+        raise LinnetError(f"malformed size expression {json.dumps(atom)}")
+    kind, a_json, b_json = atom
+    a, b = dim_from_json(a_json, symbol), dim_from_json(b_json, symbol)
+    return _JSON_OPS[kind](a, b)
+
+
+_JSON_OPS: dict[str, Callable[[CheckDim, CheckDim], CheckDim]] = {
+    "floor": CheckDim.floordiv,
+    "mod": CheckDim.mod,
+    "min": CheckDim.minimum,
+    "max": CheckDim.maximum,
+}
 
 
 def eval_dim_json(data: object, values: Mapping[str, int]) -> int:

@@ -35,7 +35,12 @@ from linnet.sourcegen.translate import (
 from linnet.syntax import ast
 
 
-def run(graph: Graph, registry: Registry, layout: Layout) -> Translation:
+def run(
+    graph: Graph,
+    registry: Registry,
+    layout: Layout,
+    prepare: Callable[[Translation], None] | None = None,
+) -> Translation:
     """Translate every node of `graph` in order (see the module docstring).
 
     Nodes without a translator, and nodes whose translator raises
@@ -69,6 +74,8 @@ def run(graph: Graph, registry: Registry, layout: Layout) -> Translation:
         t.values[name] = Value(
             tuple(Dim.const(int(s)) for s in arr.shape), numpy_dtype_name(arr.dtype), const=arr
         )
+    if prepare is not None:
+        prepare(t)  # facts the translation may rely on (`stated_where`)
     translate_nodes(t, registry, graph.nodes, progress=True)
     for info in graph.outputs:
         if info.name in t.values:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from linnet.sourcegen.outline import outline
 from linnet.sourcegen.patterns import recover
 from linnet.sourcegen.refusals import ImportRefusedError, refusal_error
 from linnet.sourcegen.state import restore_state
+from linnet.sourcegen.stated_where import StatedClause, state_where
 from linnet.sourcegen.translate import (
     Registry,
     Translation,
@@ -89,13 +90,15 @@ def finish_import(
     std_root: str | os.PathLike[str] | None = None,
     ranges: Mapping[str, FileRange] | None = None,
     type_names: Mapping[str, str] | None = None,
+    where: Sequence[StatedClause] = (),
 ) -> ImportResult:
     """`graph` (read by an importer, every node mapped) to source at `output`.
 
     `label` names the model in errors; `ranges` are the file ranges of stored
     tensors kept in external files (copied, not read); `type_names` maps a
     dotted block path (`model.layers.0`) to the name its block type should
-    take (the torch module class). Raises `ImportRefusedError` naming every
+    take (the torch module class); `where` are size constraints the model states
+    (`linnet.sourcegen.stated_where`), added to the entry's `where` clause. Raises `ImportRefusedError` naming every
     node that cannot be translated; writes nothing then.
     """
     out_path = output
@@ -113,7 +116,7 @@ def finish_import(
         type_names=type_names,
     )
     try:
-        t = translate(graph, registry, layout)
+        t = translate(graph, registry, layout, lambda t: state_where(t, where, label))
     except Unsupported as exc:
         raise ImportRefusedError(f"cannot import {label}: {exc}") from None
     if t.refusals:

@@ -670,8 +670,14 @@ _FOLD_LIMIT = 1 << 16
 """Stored tensors up to this many elements are also known as constants (folding)."""
 
 
-def translate(graph: Graph, registry: Registry, layout: Layout) -> Translation:
-    """Translate every node of `graph` in order (`linnet.sourcegen.driver`)."""
+def translate(
+    graph: Graph,
+    registry: Registry,
+    layout: Layout,
+    prepare: Callable[[Translation], None] | None = None,
+) -> Translation:
+    """Translate every node of `graph` in order (`linnet.sourcegen.driver`); `prepare`
+    runs once the inputs are read, before the first node (to state facts)."""
     from linnet.sourcegen.driver import run
 
-    return run(graph, registry, layout)
+    return run(graph, registry, layout, prepare)

@@ -6,7 +6,8 @@ Stage: the ONNX importer's front door; it runs the importer stages in order
     read the protobuf (external data memory-mapped, never copied whole)
       -> the model checked (validate: our structural checks, then onnx's checker)
       -> shape inference (onnx.shape_inference)
-      -> importer graph (graph.onnx_graph)
+      -> importer graph (graph.onnx_graph); a dynamic Linnet export's size guards
+         dropped (guards.strip_guards), its `linnet.where.<N>` clauses kept for the entry
       -> pattern recovery (sourcegen.patterns.recover): RMS norm, SiLU, softmax,
          GELU, attention, rotary embeddings back to standard-library calls
       -> member layout from the stored tensors' dotted names (sourcegen.layout)
@@ -32,6 +33,7 @@ import onnx
 from linnet.errors import LinnetError
 from linnet.onnx.importer import ops  # noqa: F401 - registers every operator translator
 from linnet.onnx.importer.graph import REGISTRY, onnx_graph
+from linnet.onnx.importer.guards import strip_guards, where_data
 from linnet.onnx.importer.validate import light_copy, validate_model
 from linnet.sourcegen.finish import BINDINGS_FILE, WEIGHTS_FILE, ImportResult, finish_import
 from linnet.sourcegen.graph import Graph
@@ -70,6 +72,7 @@ def import_onnx(
     base_dir = None if source is None else source.parent
     inferred = _infer(proto)
     graph = onnx_graph(inferred)
+    strip_guards(graph)  # a dynamic export's size guards: stated as `where` clauses below
     check_mapped(graph, REGISTRY, _model_label(model))  # before recovery drops unused nodes
     ranges = _attach_external(graph, proto, base_dir)
     entry = _metadata(proto, "linnet.entry") or "forward"
@@ -84,6 +87,7 @@ def import_onnx(
         root_name=root_name,
         std_root=std_root,
         ranges=ranges,
+        where=where_data(proto),
     )
 
 
