@@ -21,7 +21,7 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo as shlo
 
-from linnet.jax.importer.builder import Builder, Lazy, Ref, Shape, broadcast_shape
+from linnet.jax.importer.builder import Builder, Lazy, Ref, RowWrite, Shape, broadcast_shape
 from linnet.jax.importer.mlir import DYNAMIC, dense_array, elements, int_array, tensor_type
 from linnet.sourcegen.builder import Skip
 
@@ -441,22 +441,66 @@ def _starts(b: Builder, op: Any, first: int, rank: int) -> str:
 
 def _dynamic_slice(b: Builder, op: Any) -> list[Ref]:
     """`x[i]` inside a loop (`lax.dynamic_slice`): a `Slice` at computed starts, which
-    a loop unrolled at import folds to constants. JAX clamps the starts into range;
-    the unrolled counters of `scan` and `fori_loop` are always in range."""
+    a loop unrolled at import folds to constants; with runtime starts only on axes it
+    takes one element of, a `Gather` per such axis (`x[i]` in a runtime `for`). JAX
+    clamps the starts into range; the counters of `scan` and `fori_loop` are in range."""
     dtype, shape = result_type(op)
     x = b.full(arg(b, op, 0))
     rank = len(b.shape(x))
+    picked = _picked_rows(b, op, x, shape)
+    if picked is not None:
+        return [picked]
     starts = _starts(b, op, 1, rank)
     ends = b.emit("Add", [starts, b.ints(shape)], "i64", (rank,))
     return [b.emit("Slice", [x, starts, ends, b.ints(range(rank))], dtype, shape)]
 
 
+def _picked_rows(b: Builder, op: Any, x: str, shape: Shape) -> str | None:
+    """A dynamic slice whose runtime starts are all on axes of extent 1 in the result:
+    the constant starts as a `Slice`, then a `Gather` of one element per runtime axis
+    (last first, so the axes before it keep their numbers), reshaped to the result."""
+    rank = len(shape)
+    starts = [arg(b, op, 1 + a) for a in range(rank)]
+    known = [b.constant_of(r) for r in starts]
+    runtime = [a for a in range(rank) if known[a] is None]
+    if not runtime or any(shape[a] != 1 for a in runtime):
+        return None
+    dims = b.shape(x)
+    dtype = b.dtype(x)
+    lo = [0 if k is None else min(max(int(k.reshape(-1)[0]), 0), d - s) for k, d, s in zip(
+        known, dims, shape, strict=True)]  # fmt: skip
+    sliced_shape = tuple(shape[a] if known[a] is not None else dims[a] for a in range(rank))
+    value = x
+    if sliced_shape != dims:
+        axes = [a for a in range(rank) if known[a] is not None]
+        value = b.emit(
+            "Slice",
+            [x, b.ints([lo[a] for a in axes]), b.ints([lo[a] + shape[a] for a in axes]),
+             b.ints(axes)],
+            dtype, sliced_shape,
+        )  # fmt: skip
+    current = list(sliced_shape)
+    for a in reversed(runtime):
+        index = b.full(starts[a])
+        widened = b.producers.get(index)
+        if widened is not None and widened.op == "Cast" and b.dtype(widened.inputs[0]) == "i64":
+            index = widened.inputs[0]  # a loop counter narrowed to i32: read it as is
+        if b.dtype(index) != "i64":
+            index = b.emit("Cast", [index], "i64", (), {"to": onnx_dtype("i64")})
+        del current[a]
+        value = b.emit("Gather", [value, index], dtype, tuple(current), {"axis": a})
+    return b.emit("Reshape", [value, b.ints(shape)], dtype, shape)
+
+
 def _dynamic_update_slice(b: Builder, op: Any) -> list[Ref]:
-    """`ys.at[i].set(y)` inside a loop: the update padded into place, chosen by a mask."""
+    """`ys.at[i].set(y)` inside a loop: the update padded into place, chosen by a mask.
+    What it writes is recorded (`Builder.row_writes`): a loop whose body writes row
+    `i` of a carried buffer each step is imported as a scan (`walk`)."""
     dtype, shape = result_type(op)
     x, update = b.full(arg(b, op, 0)), b.full(arg(b, op, 1))
     rank = len(shape)
     sizes = b.shape(update)
+    row = _row_index(b, op, update, shape)
     starts = _starts(b, op, 2, rank)
     after = b.emit(
         "Sub", [b.ints([d - s for d, s in zip(shape, sizes, strict=True)]), starts], "i64", (rank,)
@@ -469,7 +513,26 @@ def _dynamic_update_slice(b: Builder, op: Any) -> list[Ref]:
     ones = b.const(np.ones(sizes, dtype=np.float32))
     where = b.emit("Pad", [ones, pads, _scalar(b, 0.0, "f32")], "f32", shape, {"mode": "constant"})
     mask = b.emit("Greater", [where, _scalar(b, 0.5, "f32")], "bool", shape)
-    return [b.emit("Where", [mask, placed, x], dtype, shape)]
+    out = b.emit("Where", [mask, placed, x], dtype, shape)
+    if row is not None:
+        b.row_writes[out] = RowWrite(x, update, row)
+    return [out]
+
+
+def _row_index(b: Builder, op: Any, update: str, shape: Shape) -> Ref | None:
+    """The runtime row a dynamic update writes whole (an `update` of shape
+    `[1, *rest]` at `(i, 0, ..., 0)`): `i`; None for any other update."""
+    rank = len(shape)
+    if rank == 0 or b.shape(update) != (1, *shape[1:]):
+        return None
+    first = arg(b, op, 2)
+    if b.constant_of(first) is not None:
+        return None
+    for a in range(1, rank):
+        k = b.constant_of(arg(b, op, 2 + a))
+        if k is None or int(k.reshape(-1)[0]) != 0:
+            return None
+    return first
 
 
 def _identity(b: Builder, op: Any) -> list[Ref]:

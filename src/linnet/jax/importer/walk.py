@@ -24,6 +24,7 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from linnet.jax.importer.builder import Builder, Lazy, Ref
+from linnet.jax.importer.loops import counted, counted_while
 from linnet.jax.importer.mlir import location, primitive
 from linnet.jax.importer.ops import OPS, elementwise, result_type
 from linnet.sourcegen.builder import Skip, Untranslated
@@ -117,6 +118,9 @@ def _while(b: Builder, funcs: dict[str, Any], o: Any, depth: int) -> list[Ref | 
     otherwise, naming why."""
     from linnet.sourcegen.graph import Graph, Node, TensorInfo
 
+    counter = counted(b, o)
+    if counter is not None:
+        return counted_while(b, funcs, o, depth, counter)
     carried = [b.full(b.env[v]) for v in o.operands]
     cond_block, body_block = o.regions[0].blocks[0], o.regions[1].blocks[0]
     first = walk_block(b, funcs, cond_block, list(carried), depth + 1)
