@@ -112,8 +112,10 @@ _TRIPS = 4096
 
 
 def _while(b: Builder, funcs: dict[str, Any], o: Any, depth: int) -> list[Ref | None]:
-    """`stablehlo.while` (`lax.scan`, `fori_loop`, `while_loop`) as an ONNX `Loop` whose
-    body runs the loop's body then its condition. The `Loop` translator unrolls it when
+    """`stablehlo.while` as an ONNX `Loop`. A counted loop (`lax.scan`, `fori_loop`)
+    goes to `loops.counted_while`, which the translator writes as a runtime `for`;
+    any other (`while_loop`) gets a `Loop` whose body runs the loop's body then its
+    condition. The `Loop` translator unrolls it when
     every step's condition is known at import time (a counted loop) and refuses it
     otherwise, naming why."""
     from linnet.sourcegen.graph import Graph, Node, TensorInfo
