@@ -455,7 +455,7 @@ def _dynamic_slice(b: Builder, op: Any) -> list[Ref]:
     return [b.emit("Slice", [x, starts, ends, b.ints(range(rank))], dtype, shape)]
 
 
-def _picked_rows(b: Builder, op: Any, x: str, shape: Shape) -> str | None:
+def _picked_rows(b: Builder, op: Any, x: str, shape: Shape) -> Ref | None:
     """A dynamic slice whose runtime starts are all on axes of extent 1 in the result:
     the constant starts as a `Slice`, then a `Gather` of one element per runtime axis
     (last first, so the axes before it keep their numbers), reshaped to the result."""
@@ -489,6 +489,8 @@ def _picked_rows(b: Builder, op: Any, x: str, shape: Shape) -> str | None:
             index = b.emit("Cast", [index], "i64", (), {"to": onnx_dtype("i64")})
         del current[a]
         value = b.emit("Gather", [value, index], dtype, tuple(current), {"axis": a})
+    if runtime == list(range(len(runtime))):
+        return Lazy(value, shape, dtype)  # leading unit axes: `x[i]` broadcasts as is
     return b.emit("Reshape", [value, b.ints(shape)], dtype, shape)
 
 

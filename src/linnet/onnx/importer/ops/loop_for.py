@@ -114,14 +114,25 @@ def try_for_loop(ctx: Context, body: Graph, count: int, carried: list[Value]) ->
             del t.const_exprs[const_key]
 
     changed = [j for j in range(n) if outs[1 + j] is not inner[j]]
-    unchanged = {names[j]: j for j in range(n) if j not in changed}
-    if unchanged:
-        # Passed through unchanged: the body reads the outer value itself.
-        subst = {name: _outer(ctx, carried[j]) for name, j in unchanged.items()}
-        stmts = [_substitute(s, subst) for s in stmts]
-        for out in [*outs[1 + n :], *outs[1 : 1 + n]]:
-            if out.expr is not None:
-                out.expr = _substitute(out.expr, subst)
+    # The body was translated with provisional names for the carried values: those it
+    # passes through unchanged read the outer value itself, the others are the `var`s,
+    # named now (so the first is `carry`, whatever the pass-throughs took).
+    for name in names:
+        t.locals.release(name)
+    subst: dict[str, ast.Expr] = {}
+    for j in range(n):
+        if j in changed:
+            final = t.locals.fresh(_hint(ctx, j, "carry"))
+            subst[names[j]] = build.name(final)
+            names[j] = final
+        else:
+            subst[names[j]] = _outer(ctx, carried[j])
+    stmts = [_substitute(s, subst) for s in stmts]
+    seen: set[int] = set()
+    for out in [*outs[1 + n :], *outs[1 : 1 + n]]:
+        if out.expr is not None and id(out) not in seen:
+            seen.add(id(out))
+            out.expr = _substitute(out.expr, subst)
     var_names = {names[j] for j in changed}
     finals: list[ast.Expr] = []
     for value in [*(outs[1 + j] for j in changed), *scans]:
@@ -172,7 +183,6 @@ def try_for_loop(ctx: Context, body: Graph, count: int, carried: list[Value]) ->
             t.local_values[names[j]] = value
             ctx.output(j, value)
         else:
-            t.locals.release(names[j])
             ctx.output(j, carried[j])
     for k, (name, s) in enumerate(zip(scan_names, scans, strict=True)):
         value = Value((Dim.const(count), *s.shape), s.dtype, expr=build.name(name))
