@@ -415,6 +415,19 @@ def _slice(b: Builder, op: Any) -> list[Ref]:
     return [b.emit("Slice", inputs, dtype, shape)]
 
 
+def _reverse(b: Builder, op: Any) -> list[Ref]:
+    """`lax.rev` (`jnp.flip`, a descending sort): a `Slice` stepping back over each axis."""
+    dtype, shape = result_type(op)
+    axes = int_array(op.attributes["dimensions"])
+    x = b.full(arg(b, op, 0))
+    if not axes:
+        return [x]
+    starts = b.ints([-1] * len(axes))
+    ends = b.ints([-(2**63)] * len(axes))
+    steps = b.ints([-1] * len(axes))
+    return [b.emit("Slice", [x, starts, ends, b.ints(axes), steps], dtype, shape)]
+
+
 def _pad(b: Builder, op: Any) -> list[Ref]:
     dtype, shape = result_type(op)
     low = int_array(op.attributes["edge_padding_low"])
@@ -922,6 +935,7 @@ OPS: dict[str, Handler] = {
     "stablehlo.concatenate": _concatenate,
     "stablehlo.slice": _slice,
     "stablehlo.pad": _pad,
+    "stablehlo.reverse": _reverse,
     "stablehlo.optimization_barrier": _identity,
     "stablehlo.dynamic_slice": _dynamic_slice,
     "stablehlo.dynamic_update_slice": _dynamic_update_slice,
@@ -932,3 +946,13 @@ OPS: dict[str, Handler] = {
     "stablehlo.reduce_window": _reduce_window,
 }
 """Every StableHLO op the importer maps (`func.call` is inlined by the walk)."""
+
+
+def _register_sort_and_scatter() -> None:
+    from linnet.jax.importer.sort_scatter import scatter, sort
+
+    OPS["stablehlo.sort"] = sort
+    OPS["stablehlo.scatter"] = scatter
+
+
+_register_sort_and_scatter()
