@@ -29,6 +29,7 @@ from jaxlib.mlir import ir
 
 from linnet.jax.importer.builder import Builder, Ref
 from linnet.jax.importer.mlir import elements, tensor_type
+from linnet.jax.importer.op_support import onnx_dtype
 from linnet.records import record
 from linnet.sourcegen.graph import Graph, Node, TensorInfo
 from linnet.sourcegen.patterns import _subgraph_reads, drop_dead
@@ -86,7 +87,6 @@ def counted_while(
     b: Builder, funcs: dict[str, Any], o: Any, depth: int, counter: Counter
 ) -> list[Ref | None]:
     """The loop as a `Loop` of `stop - start` iterations (module docstring)."""
-    from linnet.jax.importer.ops import onnx_dtype
     from linnet.jax.importer.walk import walk_block
 
     n = counter.stop - counter.start

@@ -1,7 +1,7 @@
 """`stablehlo.sort` and `stablehlo.scatter` in the forms `jnp` writes them, as ONNX `TopK`
 and `ScatterND` (which the ONNX translators write as comprehensions).
 
-Stage: the StableHLO importer's second step (op mappings, registered in
+Stage: the StableHLO importer's second step (op mappings, merged in
 `ops.OPS`).
 
 - **sort**: `jnp.sort`, `jnp.argsort` and `lax.top_k` sort one array along
@@ -29,15 +29,14 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo as shlo
 
 from linnet.jax.importer.builder import Builder, Ref
+from linnet.jax.importer.op_support import Handler, arg, onnx_dtype, result_type
 from linnet.sourcegen.builder import Skip
 from linnet.sourcegen.graph import Node, TensorInfo
 
-__all__ = ["scatter", "sort"]
+__all__ = ["SORT_SCATTER", "scatter", "sort"]
 
 
 def sort(b: Builder, op: Any) -> list[Ref]:
-    from linnet.jax.importer.ops import arg, onnx_dtype, result_type
-
     if len(op.operands) > 2:
         raise Skip("a sort of several arrays (lexicographic keys) is not imported")
     dtype, shape = result_type(op, 0)
@@ -130,8 +129,6 @@ _REDUCTIONS = {
 
 
 def scatter(b: Builder, op: Any) -> list[Ref]:
-    from linnet.jax.importer.ops import arg, onnx_dtype, result_type
-
     if len(op.operands) != 3:
         raise Skip("a scatter into several arrays at once is not imported")
     dtype, shape = result_type(op)
@@ -188,3 +185,6 @@ def _reduction(block: Any) -> str:
     if combines and set(owner.operands) == set(args):
         return _REDUCTIONS[owner.name]
     raise Skip("a scatter combining values other than by set, add, mul, max or min")
+
+
+SORT_SCATTER: dict[str, Handler] = {"stablehlo.sort": sort, "stablehlo.scatter": scatter}
