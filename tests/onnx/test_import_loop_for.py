@@ -1,5 +1,7 @@
 """ONNX `Loop` with a constant trip count imports as a Linnet runtime `for` (a scan
-when it has scan outputs), checked against ONNX Runtime on the original model."""
+when it has scan outputs), checked against ONNX Runtime on the original model,
+and every scan of tests/scan_cases.py exported to ONNX imports back to a `for`
+that equals its NumPy f64 reference."""
 
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ pytest.importorskip("onnxruntime")
 torch = pytest.importorskip("torch")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from scan_cases import CASES, SOURCE, ScanCase, check_results  # noqa: E402
 
 import linnet.torch as lt  # noqa: E402
+from linnet.onnx import export_function  # noqa: E402
 from linnet.onnx.importer.api import import_onnx  # noqa: E402
 
 RNG = np.random.default_rng(3)
@@ -99,3 +103,24 @@ def test_counted_loop_with_scan_output_is_a_for(tmp_path: Path, cond_body: str) 
         out = module.run_entry(result.entry, [torch.from_numpy(v) for v in feeds.values()])
     for got, want in zip(out, expected, strict=True):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+LOOPED = [c for c in CASES if not c.id.endswith("_empty")]
+
+
+@pytest.mark.parametrize("case", LOOPED, ids=[c.id for c in LOOPED])
+def test_exported_scans_import_back_as_for_loops(case: ScanCase, tmp_path: Path) -> None:
+    model = export_function(SOURCE, case.entry, generics=case.generics).model
+    result = import_onnx(model, output=tmp_path / "m.linnet", weights=tmp_path / "w")
+    loops = len(re.findall(r"\bfor \w+ in \d+\.\.\d+ \{", result.source))
+    assert loops == (2 if case.entry == "pair_sums" else 1), result.source
+    bindings = tmp_path / "w" / "bindings.json"
+    module = lt.load(
+        result.source,
+        weights=result.weights if result.weights and result.weights.exists() else None,
+        bindings=bindings if bindings.exists() else None,
+    )
+    with torch.no_grad():
+        out = module.run_entry(result.entry, [torch.from_numpy(np.asarray(x)) for x in case.inputs])
+    outs = out if isinstance(out, tuple) else (out,)
+    check_results(case, [o.numpy() for o in outs])
