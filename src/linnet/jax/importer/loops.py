@@ -6,8 +6,9 @@ here first). JAX lowers `lax.scan` and `fori_loop` with static bounds to a
 compared `<` a constant bound and is incremented by 1 each step. Such a loop
 runs `stop - start` times whatever the data, so it becomes an ONNX-style
 `Loop` with that constant trip count and a body that never stops early:
-the counter is no longer carried but computed from the iteration number
-(`step + start`), and its final value is the constant `stop`. The `Loop`
+the counter is no longer carried but is the iteration number, counted from
+`start` (the `Loop`'s private `_start` attribute, which the `Loop` translator
+honours), and its final value is the constant `stop`. The `Loop`
 translator (`linnet.onnx.importer.ops.loop_for`) then writes a runtime
 `for i in 0..n { ... }`.
 
@@ -87,52 +88,34 @@ def counted_while(
     b: Builder, funcs: dict[str, Any], o: Any, depth: int, counter: Counter
 ) -> list[Ref | None]:
     """The loop as a `Loop` of `stop - start` iterations (module docstring)."""
-    from linnet.jax.importer.walk import walk_block
-
     n = counter.stop - counter.start
     carried = [b.full(b.env[v]) for v in o.operands]
-    sub = Builder()
-    sub._count = b._count
-    sub.env = dict(b.env)
-    sub.graph.value_info = b.graph.value_info  # one namespace: outer values read inside
-    step, flag = sub.fresh("step"), sub.fresh("going")
-    sub.graph.inputs = [TensorInfo(step, "i64", ()), TensorInfo(flag, "bool", ())]
-    for info in sub.graph.inputs:
-        sub.graph.value_info[info.name] = info
-    names: list[str] = []
-    for k, value in enumerate(carried):
-        name = sub.fresh("carried")
-        names.append(name)
-        if k != counter.index:
-            info = TensorInfo(name, b.dtype(value), b.shape(value))
-            sub.graph.inputs.append(info)
-            sub.graph.value_info[name] = info
-    position = step
-    if counter.start:
-        start = sub.const(np.array(counter.start, dtype=np.int64))
-        position = sub.emit("Add", [step, start], "i64", ())
-    if counter.dtype != "i64":
-        to = {"to": onnx_dtype(counter.dtype)}
-        position = sub.emit("Cast", [position], counter.dtype, (), to)
-    args: list[Ref | None] = [
-        position if k == counter.index else names[k] for k in range(len(carried))
-    ]
-    new = walk_block(sub, funcs, o.regions[1].blocks[0], args, depth + 1)
-    b.untranslated.extend(sub.untranslated)
-    b._count = sub._count
-    if sub.untranslated or any(r is None for r in new):
+    counters = {counter.index: (counter.start, counter.dtype)}
+    walked = _walk_body(b, funcs, o, depth, carried, counters, counter.start)
+    if walked is not None:
+        more = _other_counters(b, o, walked, counters)
+        if more:
+            # `fori_loop(2, 9, ...)` carries its own `i` beside the loop's counter: both
+            # are the loop variable shifted; the loop counts like `i` when only `i` is read.
+            counters.update(more)
+            body = o.regions[1].blocks[0]
+            own = body.arguments[counter.index]
+            reads = sum(1 for op in body.operations for v in op.operation.operands if v == own)
+            low = next(iter(more.values()))[0] if reads == 1 else counter.start
+            walked = _walk_body(b, funcs, o, depth, carried, counters, low)
+    if walked is None:
         return [None] * len(o.results)
-    outs = [sub.full(r) for r in new if r is not None]
-    b._count = sub._count
+    sub, names, refs, outs, low = walked
     rows: dict[int, str] = {}
+    zero_based = {refs[k] for k, (init, _) in counters.items() if init == 0 and low == 0}
     for k, out in enumerate(outs):
-        if k != counter.index and _stacks_rows(sub, b, k, names[k], out, position, n, counter):
+        if k not in counters and _stacks_rows(sub, b, names[k], out, zero_based, n):
             write = sub.row_writes[out]
             shape = b.shape(carried[k])[1:]
             dtype = b.dtype(carried[k])
             rows[k] = sub.emit("Reshape", [write.update, sub.ints(shape)], dtype, shape)
     b._count = sub._count
-    loop_carried = [k for k in range(len(carried)) if k != counter.index and k not in rows]
+    loop_carried = [k for k in range(len(carried)) if k not in counters and k not in rows]
     going = sub.const(np.array(True))
     body_outputs = [going, *(outs[k] for k in loop_carried), *(rows[k] for k in sorted(rows))]
     body = Graph(
@@ -152,8 +135,9 @@ def counted_while(
         b.graph.value_info[name] = TensorInfo(name, b.dtype(carried[k]), b.shape(carried[k]))
         results[k] = name
         outputs.append(name)
-    np_type = np.int32 if counter.dtype == "i32" else np.int64
-    results[counter.index] = b.const(np.array(counter.stop, dtype=np_type))
+    for k, (init, dtype) in counters.items():
+        np_type = np.int32 if dtype == "i32" else np.int64
+        results[k] = b.const(np.array(init + n, dtype=np_type))
     trips = b.const(np.array(n, dtype=np.int64))
     node = Node(
         "Loop",
@@ -161,7 +145,11 @@ def counted_while(
         outputs[0] if outputs else b.fresh("loop"),
         (trips, b.const(np.array(True)), *(carried[k] for k in loop_carried)),
         tuple(outputs),
-        {"body": body, **({"_where": b.where} if b.where else {})},
+        {
+            "body": body,
+            **({"_start": low} if low else {}),
+            **({"_where": b.where} if b.where else {}),
+        },
         18,
     )
     b.graph.nodes.append(node)
@@ -169,19 +157,94 @@ def counted_while(
         b.producers[name] = node
     b.notes.append(
         f"a `stablehlo.while` loop{f' at {b.where}' if b.where else ''} counts "
-        f"{counter.start}..{counter.stop}"
-        + (f", stacking {len(rows)} output(s) row by row" if rows else "")
+        f"{low}..{low + n}" + (f", stacking {len(rows)} output(s) row by row" if rows else "")
     )
     return results
 
 
+Walked = tuple[Builder, list[str], dict[int, Ref], list[str], int]
+"""A walked loop body: its builder, the carried values' names, the counters' values,
+what the body returns for each carried value, and where the loop variable starts."""
+
+
+def _walk_body(
+    b: Builder,
+    funcs: dict[str, Any],
+    o: Any,
+    depth: int,
+    carried: list[str],
+    counters: dict[int, tuple[int, str]],
+    low: int,
+) -> Walked | None:
+    """Walk the loop's body with the loop variable (counting from `low`) as its input
+    and each counter (start, dtype) computed from it; None when an op is refused."""
+    from linnet.jax.importer.walk import walk_block
+
+    sub = Builder()
+    sub._count = b._count
+    sub.env = dict(b.env)
+    sub.graph.value_info = b.graph.value_info  # one namespace: outer values read inside
+    step, flag = sub.fresh("step"), sub.fresh("going")
+    sub.graph.inputs = [TensorInfo(step, "i64", ()), TensorInfo(flag, "bool", ())]
+    for info in sub.graph.inputs:
+        sub.graph.value_info[info.name] = info
+    names: list[str] = []
+    for k, value in enumerate(carried):
+        name = sub.fresh("carried")
+        names.append(name)
+        if k not in counters:
+            info = TensorInfo(name, b.dtype(value), b.shape(value))
+            sub.graph.inputs.append(info)
+            sub.graph.value_info[name] = info
+    refs: dict[int, Ref] = {}
+    for k, (init, dtype) in counters.items():
+        ref = step
+        if init != low:
+            shift = sub.const(np.array(init - low, dtype=np.int64))
+            ref = sub.emit("Add", [step, shift], "i64", ())
+        if dtype != "i64":
+            ref = sub.emit("Cast", [ref], dtype, (), {"to": onnx_dtype(dtype)})
+        refs[k] = ref
+    args: list[Ref | None] = [refs.get(k, names[k]) for k in range(len(carried))]
+    new = walk_block(sub, funcs, o.regions[1].blocks[0], args, depth + 1)
+    b._count = sub._count
+    if sub.untranslated or any(r is None for r in new):
+        b.untranslated.extend(sub.untranslated)
+        return None
+    outs = [sub.full(r) for r in new if r is not None]
+    b._count = sub._count
+    return sub, names, refs, outs, low
+
+
+def _other_counters(
+    b: Builder, o: Any, walked: Walked, counters: dict[int, tuple[int, str]]
+) -> dict[int, tuple[int, str]]:
+    """Carried integer scalars that start at a constant and that the body increments by
+    one: counters too (start, dtype)."""
+    sub, names, _, outs, _ = walked
+    found: dict[int, tuple[int, str]] = {}
+    for k, out in enumerate(outs):
+        t = tensor_type(o.operands[k].type)
+        if k in counters or t is None or t[0] not in ("i32", "i64") or t[1] != ():
+            continue
+        init = _constant(b, o.operands[k])
+        node = sub.producers.get(out)
+        if init is None or node is None or node.op != "Add" or names[k] not in node.inputs:
+            continue
+        other = node.inputs[1 - node.inputs.index(names[k])]
+        step = sub.graph.constants.get(other)
+        if step is not None and step.size == 1 and int(step.reshape(-1)[0]) == 1:
+            found[k] = (init, str(t[0]))
+    return found
+
+
 def _stacks_rows(
-    sub: Builder, b: Builder, k: int, name: str, out: str, position: str, n: int, counter: Counter
+    sub: Builder, b: Builder, name: str, out: str, zero_based: set[Ref], n: int
 ) -> bool:
-    """Whether carried value `k` is a buffer the body writes row `counter` of each step
-    (and reads for nothing else), with exactly `n` rows from a counter starting at 0."""
+    """Whether the carried value `name` is a buffer the body writes row `i` of each step,
+    `i` a counter from 0 (`zero_based`), and reads for nothing else, with `n` rows."""
     write = sub.row_writes.get(out)
-    if write is None or write.buffer != name or write.index != position or counter.start != 0:
+    if write is None or write.buffer != name or write.index not in zero_based:
         return False
     shape = b.shape(name)
     if not shape or shape[0] != n:

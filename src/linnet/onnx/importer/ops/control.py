@@ -163,7 +163,8 @@ def loop(ctx: Context) -> None:
             raise Unsupported("the loop condition must be known at import time")
         going = bool(np.asarray(cond.const).reshape(-1)[0])
     carried = [ctx.need(i) for i in range(2, ctx.n_inputs)]
-    if going and try_for_loop(ctx, body, count, carried):
+    start = int(ctx.attr("_start", 0))  # an importer's loop counting from `start`
+    if going and try_for_loop(ctx, body, count, carried, start):
         return
     if count > _LOOP_LIMIT:
         raise Unsupported(f"{count} iterations (at most {_LOOP_LIMIT} are unrolled)")
@@ -172,7 +173,7 @@ def loop(ctx: Context) -> None:
     for step in range(count):
         if not going:
             break
-        index = ctx.constant(np.array(step, dtype=np.int64))
+        index = ctx.constant(np.array(start + step, dtype=np.int64))
         flag = ctx.constant(np.array(True))
         outs = run_subgraph(ctx, body, [index, flag, *carried])
         test = outs[0]

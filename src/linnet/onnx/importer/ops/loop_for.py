@@ -42,9 +42,12 @@ __all__ = ["try_for_loop"]
 _T = TypeVar("_T")
 
 
-def try_for_loop(ctx: Context, body: Graph, count: int, carried: list[Value]) -> bool:
-    """Translate the `Loop` of `ctx` as a `for` over `0..count` (see the module
-    docstring); False (with nothing changed) when it cannot be one."""
+def try_for_loop(
+    ctx: Context, body: Graph, count: int, carried: list[Value], start: int = 0
+) -> bool:
+    """Translate the `Loop` of `ctx` as a `for` over `start..start + count` (see the
+    module docstring; the body's iteration number is then the loop variable, which an
+    ONNX `Loop` always counts from 0); False (with nothing changed) when it cannot be one."""
     from linnet.sourcegen import driver
 
     t = ctx.t
@@ -71,7 +74,9 @@ def try_for_loop(ctx: Context, body: Graph, count: int, carried: list[Value]) ->
 
     loop_var = t.locals.fresh("i")
     names = [t.locals.fresh(_hint(ctx, j, "carry")) for j in range(n)]
-    counter = mark_nonneg(ctx, Value((), "i64", expr=build.name(loop_var)))
+    counter = Value((), "i64", expr=build.name(loop_var))
+    if start >= 0:
+        mark_nonneg(ctx, counter)
     t.values[body.inputs[0].name] = counter
     t.values[body.inputs[1].name] = ctx.constant(np.array(True))
     inner: list[Value] = []
@@ -154,8 +159,8 @@ def try_for_loop(ctx: Context, body: Graph, count: int, carried: list[Value]) ->
         stmts.append(ast.YieldStmt(stacked, build.SPAN))
     loop = ast.ForLoop(
         build.ident(loop_var),
-        build.int_lit(0),
-        build.int_lit(count),
+        build.int_lit(start),
+        build.int_lit(start + count),
         ast.Body(tuple(stmts), build.SPAN),
         build.SPAN,
     )
