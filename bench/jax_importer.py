@@ -2,9 +2,10 @@
 
 The corpus: plain `jax.numpy` functions (MLPs with parameter dicts, norms,
 softmax over any axis, attention with a causal mask, `vmap`, lookups, running
-sums, argmax, convolutions, `scan` and `fori_loop`), Flax NNX modules, and
-functions the importer refuses (a `while_loop` whose condition depends on the
-data, sorting). For each:
+sums, argmax, convolutions, `scan` and `fori_loop` (512 steps too), sorting,
+top-k and `.at[]` updates), Flax NNX modules, and functions the importer
+refuses (a `while_loop` whose condition depends on the data, a sort by two
+keys). For each:
 
 - import: `export_linnet(fn, params, inputs, output=..., weights=DIR)`
   (jax.export, translation, formatting, the checker, source and weights);
@@ -152,6 +153,35 @@ def _plain_cases() -> dict[str, Callable[[], Case]]:
             (normal(2, 3),),
         )
 
+    def scan_long() -> Case:
+        p = {"decay": normal(8) * 0.1 + 0.5}
+
+        def fn(p: Any, xs: Any) -> Any:
+            step = lambda c, x: (c * p["decay"] + x * (1.0 - p["decay"]),) * 2  # noqa: E731
+            return lax.scan(step, jnp.zeros(8), xs)
+
+        return fn, p, (normal(512, 8),)
+
+    def fori() -> Case:
+        return (
+            lambda p, x: lax.fori_loop(0, 4, lambda i, c: c * p["a"] + 1.0, x),
+            {"a": normal(3)},
+            (normal(2, 3),),
+        )
+
+    def sort() -> Case:
+        return (lambda p, x: (jnp.sort(x, axis=-1), jnp.argsort(x, axis=0)), {}, (normal(3, 5),))
+
+    def top_k() -> Case:
+        return (lambda p, x: lax.top_k(x, 2), {}, (normal(3, 5),))
+
+    def scatter() -> Case:
+        return (
+            lambda p, x: x.at[jnp.array([0, 2, 0])].add(p["w"]).at[1].set(p["w"]),
+            {"w": normal(5)},
+            (normal(3, 5),),
+        )
+
     return {
         "mlp": mlp,
         "layer+rms norm": norms,
@@ -166,6 +196,11 @@ def _plain_cases() -> dict[str, Callable[[], Case]]:
         "scan": scan,
         "scan unroll": scan_unrolled,
         "fori unroll": fori_unrolled,
+        "scan 512": scan_long,
+        "fori": fori,
+        "sort": sort,
+        "top_k": top_k,
+        "scatter": scatter,
     }
 
 
@@ -177,10 +212,10 @@ def _refused_cases() -> dict[str, Callable[[], Case]]:
             (np.abs(normal(3)) + 1.0,),
         )
 
-    def sort() -> Case:
-        return (lambda p, x: jnp.sort(x, axis=-1), {}, (normal(3, 5),))
+    def lexsort() -> Case:
+        return (lambda p, x: lax.sort((x, x * 2.0), num_keys=2)[0], {}, (normal(3, 5),))
 
-    return {"while_loop": while_loop, "sort": sort}
+    return {"while_loop": while_loop, "lexsort": lexsort}
 
 
 def _flax_cases() -> dict[str, Callable[[], Case]]:

@@ -135,7 +135,7 @@ def _drop_unread_constants(t: Translation) -> None:
 
 
 def _drop_unused(t: Translation) -> int:
-    from linnet.sourcegen.outline import defined, names_read
+    from linnet.sourcegen.outline import assigned, defined, holds_loop, names_read
 
     removed = 0
     while True:
@@ -145,7 +145,9 @@ def _drop_unused(t: Translation) -> int:
                 read |= names_read(v.expr)
         for stmt in t.body:
             read |= names_read(stmt)
-        kept = [s for s in t.body if defined(s) in read]
+            if holds_loop(stmt):
+                read |= assigned(stmt)  # a carried `var` the loop assigns stays declared
+        kept = [s for s in t.body if defined(s) in read or holds_loop(s)]
         if len(kept) == len(t.body):
             return removed
         removed += len(t.body) - len(kept)
@@ -290,6 +292,12 @@ def _renamer(renames: dict[str, str]) -> Callable[[Any], Any]:
             return build.name(renames[node.ident.name])
         if isinstance(node, ast.NamePattern) and node.name.name in renames:
             return ast.NamePattern(build.ident(renames[node.name.name]), node.span)
+        if isinstance(node, ast.VarStmt) and node.name.name in renames:
+            value = transform(node.value, fn)
+            return ast.VarStmt(build.ident(renames[node.name.name]), node.type, value, node.span)
+        if isinstance(node, ast.AssignStmt) and node.target.name in renames:
+            value = transform(node.value, fn)
+            return ast.AssignStmt(build.ident(renames[node.target.name]), value, node.span)
         if isinstance(node, ast.ComprehensionStmt) and node.name.name in renames:
             return ast.ComprehensionStmt(
                 build.ident(renames[node.name.name]),

@@ -136,11 +136,31 @@ def walk(node: Any) -> list[Any]:
 def defined(stmt: ast.Stmt) -> str:
     if isinstance(stmt, ast.AssignStmt):
         return stmt.target.name  # a root `state` member (linnet.sourcegen.state)
+    if isinstance(stmt, ast.VarStmt):
+        return stmt.name.name  # a value an imported `for` carries
+    if isinstance(stmt, ast.ForLoop):
+        return stmt.var.name  # an imported `for` statement (kept: `holds_loop`)
     if isinstance(stmt, ast.LetStmt):
+        if isinstance(stmt.pattern, ast.TuplePattern):  # an imported scan's stacks
+            first = stmt.pattern.elems[0]
+            assert isinstance(first, ast.NamePattern)
+            return first.name.name
         assert isinstance(stmt.pattern, ast.NamePattern)
         return stmt.pattern.name.name
     assert isinstance(stmt, ast.ComprehensionStmt)
     return stmt.name.name
+
+
+def holds_loop(stmt: ast.Stmt) -> bool:
+    """An imported runtime `for` (a statement, or a scan bound by `let`): never dropped."""
+    return isinstance(stmt, ast.ForLoop) or (
+        isinstance(stmt, ast.LetStmt) and isinstance(stmt.value, ast.ForLoop)
+    )
+
+
+def assigned(stmt: ast.Stmt) -> set[str]:
+    """The locals a statement assigns (`x = ...`, at any depth of a loop body)."""
+    return {n.target.name for n in walk(stmt) if isinstance(n, ast.AssignStmt)}
 
 
 def names_read(node: Any) -> set[str]:

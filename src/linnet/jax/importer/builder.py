@@ -54,6 +54,16 @@ Ref = str | Lazy
 """What a StableHLO value maps to: a graph value, or a lazy broadcast of one."""
 
 
+@record(eq=False)
+class RowWrite:
+    """A dynamic update that set row `index` (a runtime value) of `buffer` to `update`
+    (shape `[1, *rest]`): how `lax.scan` stacks its outputs, one row per step."""
+
+    buffer: str
+    update: str
+    index: Ref
+
+
 class Builder(GraphBuilder):
     """Fills a `Graph` while walking a StableHLO function's ops in order."""
 
@@ -62,6 +72,7 @@ class Builder(GraphBuilder):
         self.env: dict[Any, Ref] = {}
         self.reductions: dict[str, Reduction] = {}
         self.producers: dict[str, Node] = {}
+        self.row_writes: dict[str, RowWrite] = {}
         self.notes: list[str] = []
         self._materialised: dict[int, str] = {}
 

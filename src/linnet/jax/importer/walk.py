@@ -3,7 +3,8 @@
 Stage: the StableHLO importer's second step. In: a `Builder` whose `env`
 binds the function's arguments. Out: what the function returns, with every
 op mapped (`ops.OPS`) or recorded as `Untranslated` with its `file.py:line`.
-`func.call` is inlined (the callee walked with the call's operands). An op
+`func.call` is inlined (the callee walked with the call's operands), and so is
+a `stablehlo.composite` (its decomposition). An op
 reading a refused op's result is skipped, and reported only if it has no
 mapping itself.
 
@@ -24,6 +25,7 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from linnet.jax.importer.builder import Builder, Lazy, Ref
+from linnet.jax.importer.loops import counted, counted_while
 from linnet.jax.importer.mlir import location, primitive
 from linnet.jax.importer.ops import OPS, elementwise, result_type
 from linnet.sourcegen.builder import Skip, Untranslated
@@ -34,8 +36,6 @@ _REASONS = {
     "stablehlo.custom_call": "a custom call has no Linnet translation",
     "stablehlo.case": "data-dependent control flow (`lax.cond`, `lax.switch`) is not imported",
     "stablehlo.if": "data-dependent control flow is not imported",
-    "stablehlo.scatter": "scatter is not imported",
-    "stablehlo.sort": "sorting is not imported",
 }
 
 
@@ -74,11 +74,11 @@ def _walk_op(b: Builder, funcs: dict[str, Any], o: Any, depth: int) -> None:
     name = str(o.name)
     b.where = location(o)
     label = _label(o)
-    mapped = name in OPS or name in ("func.call", "stablehlo.while")
+    mapped = name in OPS or name in _CALLS or name == "stablehlo.while"
     if any(v not in b.env for v in o.operands):
         if not mapped:
             b.untranslated.append(Untranslated(label, name, _reason(o), b.where))
-        elif name == "func.call":
+        elif name in _CALLS:
             _report_unmapped(b, funcs, o, depth)
         return  # downstream of a refused op: its cause is reported
     if not mapped:
@@ -87,8 +87,8 @@ def _walk_op(b: Builder, funcs: dict[str, Any], o: Any, depth: int) -> None:
     try:
         if name == "stablehlo.while":
             results = _while(b, funcs, o, depth)
-        elif name == "func.call":
-            callee = ir.FlatSymbolRefAttr(o.attributes["callee"]).value
+        elif name in _CALLS:
+            callee = _callee(o)
             if callee not in funcs:
                 raise Skip(f"calls `@{callee}`, which the module does not define")
             results = walk_function(
@@ -111,12 +111,17 @@ _TRIPS = 4096
 
 
 def _while(b: Builder, funcs: dict[str, Any], o: Any, depth: int) -> list[Ref | None]:
-    """`stablehlo.while` (`lax.scan`, `fori_loop`, `while_loop`) as an ONNX `Loop` whose
-    body runs the loop's body then its condition. The `Loop` translator unrolls it when
+    """`stablehlo.while` as an ONNX `Loop`. A counted loop (`lax.scan`, `fori_loop`)
+    goes to `loops.counted_while`, which the translator writes as a runtime `for`;
+    any other (`while_loop`) gets a `Loop` whose body runs the loop's body then its
+    condition. The `Loop` translator unrolls it when
     every step's condition is known at import time (a counted loop) and refuses it
     otherwise, naming why."""
     from linnet.sourcegen.graph import Graph, Node, TensorInfo
 
+    counter = counted(b, o)
+    if counter is not None:
+        return counted_while(b, funcs, o, depth, counter)
     carried = [b.full(b.env[v]) for v in o.operands]
     cond_block, body_block = o.regions[0].blocks[0], o.regions[1].blocks[0]
     first = walk_block(b, funcs, cond_block, list(carried), depth + 1)
@@ -180,14 +185,23 @@ def _while(b: Builder, funcs: dict[str, Any], o: Any, depth: int) -> list[Ref | 
     return list(results)
 
 
+_CALLS = {"func.call": "callee", "stablehlo.composite": "decomposition"}
+"""Ops walked as their callee: a call, and a composite (`lax.top_k`'s `chlo.top_k`) as
+the decomposition it carries."""
+
+
+def _callee(o: Any) -> str:
+    return str(ir.FlatSymbolRefAttr(o.attributes[_CALLS[str(o.name)]]).value)
+
+
 def _report_unmapped(b: Builder, funcs: dict[str, Any], call: Any, depth: int) -> None:
     """Every unmapped op in a function called on a refused value (refused too, by name)."""
-    callee = funcs.get(ir.FlatSymbolRefAttr(call.attributes["callee"]).value)
+    callee = funcs.get(_callee(call))
     if callee is None or depth > _MAX_DEPTH:
         return
     for op in callee.regions[0].blocks[0].operations:
         o = op.operation
-        if o.name == "func.call":
+        if o.name in _CALLS:
             _report_unmapped(b, funcs, o, depth + 1)
         elif o.name not in OPS and o.name not in ("func.return", "stablehlo.return"):
             b.untranslated.append(Untranslated(_label(o), str(o.name), _reason(o), location(o)))

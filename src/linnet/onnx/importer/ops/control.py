@@ -10,7 +10,10 @@ values the operator gives it:
   one type;
 - `Scan` (opset 9+) with scan extents known at import time is unrolled: each
   step slices the scan inputs, runs the body on the carried states, and the
-  per-step outputs are stacked along their axes.
+  per-step outputs are stacked along their axes;
+- `Loop` with a constant trip count whose body never stops early becomes a
+  runtime `for` (`loop_for`), a scan when it has scan outputs; other loops
+  whose every step's condition is known at import time are unrolled.
 A node inside a subgraph that cannot be translated is reported like any other.
 """
 
@@ -23,6 +26,7 @@ import numpy as np
 from linnet.check.dims import Dim
 from linnet.onnx.importer.graph import REGISTRY, translator
 from linnet.onnx.importer.ops._common import norm_axis
+from linnet.onnx.importer.ops.loop_for import try_for_loop
 from linnet.onnx.importer.ops.shapes import reshaped
 from linnet.sourcegen import build
 from linnet.sourcegen.graph import Graph
@@ -143,8 +147,9 @@ _LOOP_LIMIT = 4096
 
 @translator("Loop")
 def loop(ctx: Context) -> None:
-    """A `Loop` whose trip count (and every step's condition) is known at import time,
-    unrolled; scan outputs stack along a new first axis (ONNX Loop)."""
+    """A `Loop` with a constant trip count whose body never stops early, as a runtime
+    `for` (`loop_for`); otherwise, when every step's condition is known at import
+    time, unrolled; scan outputs stack along a new first axis (ONNX Loop)."""
     body = ctx.attr("body")
     if not isinstance(body, Graph):
         raise Unsupported("the body must be a graph")
@@ -152,20 +157,23 @@ def loop(ctx: Context) -> None:
     if trip is None or trip.const is None:
         raise Unsupported("the trip count must be known at import time")
     count = int(np.asarray(trip.const).reshape(-1)[0])
-    if count > _LOOP_LIMIT:
-        raise Unsupported(f"{count} iterations (at most {_LOOP_LIMIT} are unrolled)")
     going = True
     if cond is not None:
         if cond.const is None:
             raise Unsupported("the loop condition must be known at import time")
         going = bool(np.asarray(cond.const).reshape(-1)[0])
     carried = [ctx.need(i) for i in range(2, ctx.n_inputs)]
+    start = int(ctx.attr("_start", 0))  # an importer's loop counting from `start`
+    if going and try_for_loop(ctx, body, count, carried, start):
+        return
+    if count > _LOOP_LIMIT:
+        raise Unsupported(f"{count} iterations (at most {_LOOP_LIMIT} are unrolled)")
     n = len(carried)
     scans: list[list[Value]] = [[] for _ in range(ctx.n_outputs - n)]
     for step in range(count):
         if not going:
             break
-        index = ctx.constant(np.array(step, dtype=np.int64))
+        index = ctx.constant(np.array(start + step, dtype=np.int64))
         flag = ctx.constant(np.array(True))
         outs = run_subgraph(ctx, body, [index, flag, *carried])
         test = outs[0]
