@@ -130,3 +130,28 @@ def test_one_step_end_to_end_equals_pytorch() -> None:
     for name, _ in model.named_parameters():
         np.testing.assert_array_equal(np.asarray(held[name]), np.asarray(params[name]))
     assert not np.array_equal(np.asarray(held["lm_head.weight"]), decoder.weights["lm_head.weight"])
+
+
+def test_a_lora_policy_is_merged_into_the_engine_and_bad_options_are_refused() -> None:
+    from linnet.errors import LinnetError
+    from linnet.jax.grpo import refresh
+    from linnet.jax.train import add_lora, merge_lora
+
+    lora = add_lora(jax_policy(0), "*.q_proj.weight", rank=2, alpha=4, seed=3)
+    params = dict(lora.parameters)
+    for key in lora.arrays():  # lora_B starts at zero: give the adapters an update
+        params[key] = params[key] + 0.05
+    engine = Engine(jax_policy(1, rows=2))
+    refresh(engine, lora, params)
+    held = engine.decoder.model.parameters  # type: ignore[attr-defined]
+    merged = merge_lora(lora, params)
+    assert not any(".lora_" in path for path in held)
+    for path, value in merged.items():
+        np.testing.assert_allclose(np.asarray(held[path]), np.asarray(value), rtol=0, atol=0)
+    changed = [p for p in merged if "q_proj" in p]
+    assert changed and not np.array_equal(np.asarray(held[changed[0]]),
+                                          np.asarray(jax_policy(0).parameters[changed[0]]))  # fmt: skip
+    for bad, match in (({"group": 1}, "group"), ({"loss_type": "sum"}, "loss_type"),
+                       ({"beta": 0.0, "reference": lora}, "reference")):  # fmt: skip
+        with pytest.raises(LinnetError, match=match):
+            grpo(lora, engine, PROMPTS, reward, optimizer=optax.sgd(0.1), **bad)  # type: ignore[arg-type]

@@ -53,9 +53,9 @@ from linnet.train.grpo import (
     Reward,
     Rollout,
     Scale,
-    _check,
-    _std,
     aggregate,
+    bessel_std,
+    check_options,
     sample,
     score,
     token_losses,
@@ -210,7 +210,7 @@ def grpo(
     figures of every step. The options are `linnet.train.grpo.grpo`'s; `reference=None`
     with `beta > 0` scores with the starting parameters. `trainable`, `master` and
     `parameters` are `linnet.jax.train.train`'s, `entry` the logits entry."""
-    _check(prompts, group, clip, beta, reference, prompts_per_step, iterations, loss_type,
+    check_options(prompts, group, clip, beta, reference, prompts_per_step, iterations, loss_type,
            scale_rewards, micro_batch)  # fmt: skip
     found, layout, trained = starting_point(policy, parameters, trainable, master)
     frozen = dict(layout.frozen)
@@ -282,7 +282,7 @@ def grpo(
         record = GrpoStep(
             step=number,
             reward=float(rollout.rewards.mean()),
-            reward_std=float(_std(rollout.rewards, 0)),
+            reward_std=float(bessel_std(rollout.rewards, 0)),
             length=float(np.mean([len(c) for c in rollout.completions])),
             seconds=time.perf_counter() - started,
             **figures,

@@ -175,13 +175,13 @@ def group_advantages(rewards: torch.Tensor, group: int, scale: Scale = "group") 
     if scale == "none":
         return advantages
     if scale == "group":
-        std = _std(grouped, dim=1).repeat_interleave(group)
+        std = bessel_std(grouped, dim=1).repeat_interleave(group)
     else:
-        std = _std(rewards, dim=0).expand_as(rewards)
+        std = bessel_std(rewards, dim=0).expand_as(rewards)
     return advantages / (std + 1e-4)
 
 
-def _std(values: torch.Tensor, dim: int) -> torch.Tensor:
+def bessel_std(values: torch.Tensor, dim: int) -> torch.Tensor:
     """The Bessel-corrected standard deviation (0 of a single value, where TRL's is NaN
     and its advantage is then zeroed: the same advantage of 0)."""
     if values.shape[dim] < 2:
@@ -418,7 +418,7 @@ def grpo(
     model). `seed` makes the samples reproducible (each completion's sampling seed
     is drawn from it). The gradients of the last iteration stay on the parameters.
     """
-    _check(prompts, group, clip, beta, reference, prompts_per_step, iterations, loss_type,
+    check_options(prompts, group, clip, beta, reference, prompts_per_step, iterations, loss_type,
            scale_rewards, micro_batch)  # fmt: skip
     params = [p for p in policy.parameters() if p.requires_grad]
     if not params:
@@ -457,7 +457,7 @@ def grpo(
         record_ = GrpoStep(
             step=step,
             reward=float(rollout.rewards.mean()),
-            reward_std=float(_std(rollout.rewards, 0)),
+            reward_std=float(bessel_std(rollout.rewards, 0)),
             length=float(np.mean([len(c) for c in rollout.completions])),
             seconds=time.perf_counter() - started,
             **figures,
@@ -560,18 +560,19 @@ def _train_on(
     return figures
 
 
-def _check(
+def check_options(
     prompts: Sequence[Sequence[int]],
     group: int,
     clip: tuple[float, float],
     beta: float,
-    reference: LinnetModule | None,
+    reference: object | None,
     prompts_per_step: int,
     iterations: int,
     loss_type: str,
     scale_rewards: str,
     micro_batch: int | None,
 ) -> None:
+    """A LinnetError naming the first bad option of `grpo` (shared with `linnet.jax.grpo`)."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise LinnetError("grpo: no prompts, or an empty prompt")
     if group < 2:
