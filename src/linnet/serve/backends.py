@@ -245,7 +245,9 @@ class JaxDecoder:
     def choose(
         self, logits: Any, members: Sequence[int], choices: Sequence[Choice]
     ) -> list[tuple[int, TokenLogprob | None]]:
-        return choose_numpy(np.asarray(logits[: max(members) + 1])[list(members)], choices)
+        # the whole [rows, Vocab] to the host: slicing on the device first would compile
+        # one more XLA program per slice size
+        return choose_numpy(np.asarray(logits)[list(members)], choices)
 
     def reset(self) -> None:
         self.model.reset_state()
