@@ -75,7 +75,7 @@ commands:
   spec-test [--std DIR] DIR                        run a conformance directory
   nest check CARD                                  every problem of a model card (or folder)
   serve CARD | --source FILE --weights W --tokenizer DIR [--generics FILE.json]
-          [--bind G=V]... [--backend torch|onnx] [--device D] [--host 127.0.0.1]
+          [--bind G=V]... [--backend torch|onnx|jax] [--device D] [--host 127.0.0.1]
           [--port 8000] [--api-key KEY] [--name NAME] [--warmup N] [--root BLOCK] [--std DIR]
                                                    an OpenAI-compatible server of a decoder
   generate CARD | --source FILE --weights W --tokenizer DIR --prompt TEXT [--chat]
@@ -112,7 +112,7 @@ _MODEL_HELP = (
     "  --weights W     its SafeTensors file or folder (overrides the card's)\n"
     "  --tokenizer DIR a folder with tokenizer.json (overrides the card's)\n"
     "  --generics F    a JSON file of generic values; --bind G=V adds or overrides one\n"
-    "  --backend B     torch (default) or onnx; --device D for torch\n"
+    "  --backend B     torch (default), onnx or jax; --device D for torch\n"
     "  --root BLOCK    the root block; --std DIR the standard library\n"
 )
 COMMAND_HELP: dict[str, str] = {
@@ -235,9 +235,9 @@ COMMAND_HELP: dict[str, str] = {
     "generics, the entry, every parameter bound with its shape and dtype, tensors and\n"
     "bindings that bind nothing, and the tokenizer. A transformers folder of a known family\n"
     "is converted first. Exit status 1 when there is a problem.\n",
-    "serve": "usage: linnet serve CARD [--bind G=V]... [--backend torch|onnx] [--port PORT] ...\n"
+    "serve": "usage: linnet serve CARD [--bind G=V]... [--backend torch|onnx|jax] [--port PORT] ...\n"
     "       linnet serve --source FILE --weights W --tokenizer DIR [--generics FILE.json]\n"
-    "                    [--bind G=V]... [--backend torch|onnx] [--device D] [--host HOST]\n"
+    "                    [--bind G=V]... [--backend torch|onnx|jax] [--device D] [--host HOST]\n"
     "                    [--port PORT] [--api-key KEY] [--name NAME] [--warmup N] [--root BLOCK]\n"
     "                    [--std DIR]\n\n"
     "Serve a decoder with `prefill_slots` / `decode_rows` entries behind an OpenAI-compatible\n"
@@ -253,7 +253,7 @@ COMMAND_HELP: dict[str, str] = {
     "generate": "usage: linnet generate CARD --prompt TEXT [--max-tokens N] ...\n"
     "       linnet generate --source FILE --weights W --tokenizer DIR --prompt TEXT\n"
     "                       [--chat] [--max-tokens N] [--temperature T] [--seed S]\n"
-    "                       [--generics FILE.json] [--bind G=V]... [--backend torch|onnx]\n\n"
+    "                       [--generics FILE.json] [--bind G=V]... [--backend torch|onnx|jax]\n\n"
     "Stream a completion of TEXT to the terminal, then the tokens per second.\n\noptions:\n"
     + _MODEL_HELP
     + "  --prompt TEXT   the prompt\n"

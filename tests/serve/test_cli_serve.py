@@ -49,7 +49,7 @@ def model_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], An
     return args, decoder, Tokenizer.from_folder(tokenizer_dir)
 
 
-@pytest.mark.parametrize("backend", ["torch", "onnx"])
+@pytest.mark.parametrize("backend", ["torch", "onnx", "jax"])
 def test_generate_streams_the_greedy_text(
     model_files: Any, backend: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,7 +8,7 @@ has the `prefill_slots` / `decode_rows` entries, like examples/01-llama),
 `tokenizer.json`). With a card, `--weights` and `--tokenizer` override its own.
 Generics come from the card, then `--generics FILE.json`, then `--bind G=V`
 (the cache's `Batch` rows and `MaxSeq` positions among them); `--backend torch`
-(default; `--device`) or `onnx`.
+(default; `--device`), `onnx` or `jax` (`linnet.jax.load_model`, JAX's default device).
 
 `serve` runs the OpenAI-compatible server (`linnet.serve.server`) on
 `--host` (default 127.0.0.1: reachable from this machine only) and `--port`;
@@ -32,7 +32,7 @@ from typing import Any
 
 from linnet.errors import LinnetError
 
-BACKENDS = ("torch", "onnx")
+BACKENDS = ("torch", "onnx", "jax")
 
 
 def load_engine(
@@ -79,7 +79,7 @@ def load_card_engine(
 def _load(source: Path, weights: Path | None, generics: Mapping[str, object], backend: str,
           device: str, root: str | None, std: Path | None) -> Any:  # fmt: skip
     if backend not in BACKENDS:
-        raise LinnetError(f"`--backend` takes `torch` or `onnx`, not `{backend}`")
+        raise LinnetError(f"`--backend` takes `torch`, `onnx` or `jax`, not `{backend}`")
     if backend == "torch":
         try:
             import linnet.torch as lt
@@ -89,6 +89,14 @@ def _load(source: Path, weights: Path | None, generics: Mapping[str, object], ba
             ) from None
         return lt.load(source, generics=generics, weights=weights, root=root, std_root=std,
                        device=device, compile=True)  # fmt: skip
+    if backend == "jax":
+        try:
+            import linnet.jax as lj
+        except ImportError:
+            raise LinnetError(
+                "`--backend jax` needs JAX (pip install 'linnet-lang[jax]')"
+            ) from None
+        return lj.load_model(source, generics=generics, weights=weights, root=root, std_root=std)
     from linnet.onnx.runtime.model import load_model
 
     providers = ["CUDAExecutionProvider"] if device.startswith("cuda") else None

@@ -19,9 +19,10 @@ Importing `linnet` never imports jax; importing `linnet.jax` does.
 - `import_stablehlo(text, params, output=...)` and `export_linnet(fn, params,
   example_inputs, output=...)`: StableHLO text, or a JAX function captured
   with `jax.export`, back to checked Linnet source (`linnet.jax.importer`).
-- `linnet.jax.train` (SFT with optax, checkpoints, LoRA, FSDP over a mesh)
-  and `linnet.jax.dpo`: training, on `linnet.train`'s data and losses
-  (imported on their own: they need optax, and torch for the data side).
+- `linnet.jax.train` (SFT with optax, checkpoints, LoRA, FSDP over a mesh),
+  `linnet.jax.dpo` and `linnet.jax.grpo` (sampling with `linnet.serve.Engine`,
+  which runs a `load_model` model too): training, on `linnet.train`'s data and
+  losses (imported on their own: they need optax, and torch for the data side).
 
 Stateful entries are called `f(*inputs, state=mapping)` and return
 `(result, new_state)`. Numerics follow the shared contract (architecture.md

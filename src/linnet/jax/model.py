@@ -27,11 +27,13 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from linnet.errors import LinnetError
 from linnet.ir.bind import BoundModel
 from linnet.ir.core import TensorType, numpy_dtype
+from linnet.jax.dtypes import WIDE, x64_scope
 from linnet.jax.load import (
     LinnetJaxFunction,
     Source,
@@ -107,6 +109,41 @@ class JaxModel:
             )
             for path, t in self.layout.live_tensors(self.present, "state").items()
         }
+
+    def update_weights(self, arrays: Mapping[str, Any]) -> None:
+        """Replace weights by path with new values (NumPy or JAX arrays, or anything
+        `np.asarray` takes), every entry reading them from its next call on.
+
+        Each value must have the weight's shape; it is converted to the weight's dtype
+        and placed as the loaded one (its sharding on a mesh) as a fresh device array,
+        so a caller that later donates or deletes its own array (a training step) never
+        takes the model's. Paths that shared one array (a tied head) share the new one.
+        """
+        import jax.numpy as jnp
+
+        placed: dict[str, Any] = {}
+        for path, value in arrays.items():
+            t = self.layout.tensors.get(path)
+            if t is None or path not in self.parameters:
+                raise LinnetError(f"update_weights: the model has no weight at `{path}`")
+            shape = tuple(getattr(value, "shape", np.shape(value)))
+            if shape != tuple(t.type.shape):
+                raise LinnetError(
+                    f"update_weights: `{path}` has shape {list(t.type.shape)}, got {list(shape)}"
+                )
+            where = None if self.sharding is None else self.sharding(path, t.type)
+            if isinstance(value, jax.Array):
+                with x64_scope(t.type.dtype in WIDE):
+                    copy = jnp.array(value, dtype=numpy_dtype(t.type.dtype), copy=True)
+                    placed[path] = copy if where is None else jax.device_put(copy, where)
+            else:
+                placed[path] = device_array(np.asarray(value), t.type.dtype, where)
+        for path, value in placed.items():
+            old = self.parameters[path]
+            for other, current in list(self.parameters.items()):
+                if current is old and other not in placed:
+                    self.parameters[other] = value
+            self.parameters[path] = value
 
     def default_entry(self) -> str:
         """`forward`, or the only entry (11.1)."""

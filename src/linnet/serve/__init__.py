@@ -1,9 +1,9 @@
 """Text in, text out: a continuous-batching engine, tokenizers and an OpenAI-compatible server.
 
-- `Engine(model)` over a `linnet.torch.load` module or a `linnet.onnx.load_model`
-  model whose root block has the `prefill_slots` and `decode_rows` entries (the
+- `Engine(model)` over a `linnet.torch.load` module, a `linnet.onnx.load_model`
+  or a `linnet.jax.load_model` model whose root block has the `prefill_slots` and `decode_rows` entries (the
   Llama and GPT-2 examples): `submit`, `step`, `cancel`, `run`, `reset`,
-  `warmup`, `load_weights`.
+  `warmup`, `load_weights`, `copy_weights`.
 - `Request` / `Completion` / `TokenEvent` / `Stats`: token ids in and out.
 - `Tokenizer.from_folder(dir)`: a model folder's `tokenizer.json` and
   `tokenizer_config.json` (chat template included); `TextStream` turns tokens into

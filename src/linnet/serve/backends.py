@@ -14,7 +14,8 @@ instead, which computes only the `M` rows it names; and the generics `Batch` (ca
 wraps a `linnet.torch.LinnetModule` (`TorchDecoder`: inputs go to the module's
 device, logits stay there, sampling runs as torch ops) or a
 `linnet.onnx.load_model` model (`OnnxDecoder`: logits come back as NumPy,
-sampling runs in NumPy).
+sampling runs in NumPy) or a `linnet.jax.load_model` model (`JaxDecoder`: XLA
+runs the entries with the caches on the device, sampling runs in NumPy).
 """
 
 from __future__ import annotations
@@ -83,9 +84,11 @@ def decoder_for(model: Any, rows: int | None = None, max_seq: int | None = None)
         return TorchDecoder(model, rows, max_seq)
     if kind.startswith("linnet.onnx"):
         return OnnxDecoder(model, rows, max_seq)
+    if kind.startswith("linnet.jax"):
+        return JaxDecoder(model, rows, max_seq)
     raise LinnetError(
-        f"linnet.serve.Engine takes a linnet.torch module or a linnet.onnx.load_model "
-        f"model, got {type(model).__name__}"
+        f"linnet.serve.Engine takes a linnet.torch module, a linnet.onnx.load_model or a "
+        f"linnet.jax.load_model model, got {type(model).__name__}"
     )
 
 
@@ -208,6 +211,63 @@ class OnnxDecoder:
     def copy_weights(self, tensors: Mapping[str, Any]) -> None:
         """Copy arrays or torch tensors by Linnet path into the bound weights (on the host)."""
         self.model.update_weights({path: _host(value) for path, value in tensors.items()})
+
+
+class JaxDecoder:
+    """A `linnet.jax.load_model` model (`JaxModel`): each entry compiled by XLA once per
+    shape (the engine's power-of-two buckets keep those few), the caches on the device
+    and updated in place (donated), the logits brought to the host for sampling."""
+
+    def __init__(self, model: Any, rows: int | None, max_seq: int | None) -> None:
+        import jax
+
+        if getattr(model, "tensor_parallel", None) is not None:
+            raise LinnetError(
+                "linnet.serve.Engine runs a linnet.jax model loaded without tensor_parallel= "
+                "(mesh= works: XLA partitions each entry)"
+            )
+        self.model = model
+        self.rows, self.max_seq = batching_shape(model.model, rows, max_seq)
+        # `write_slots` is a scatter into the donated cache: only the named rows' work
+        self.slotted = SLOTTED in model.model.entries
+        where = "a mesh" if model.mesh is not None else str(jax.devices()[0])
+        self.description = f"JAX on {where}"
+
+    def prefill(self, tokens: Array, slots: Array, lengths: Array) -> Any:
+        return self.model.run_entry("prefill_slots", [tokens, slots, lengths])
+
+    def decode(self, tokens: Array, positions: Array) -> Any:
+        return self.model.run_entry("decode_rows", [tokens, positions])
+
+    def decode_slots(self, tokens: Array, slots: Array, positions: Array) -> Any:
+        return self.model.run_entry(SLOTTED, [tokens, slots, positions])
+
+    def choose(
+        self, logits: Any, members: Sequence[int], choices: Sequence[Choice]
+    ) -> list[tuple[int, TokenLogprob | None]]:
+        # the whole [rows, Vocab] to the host: slicing on the device first would compile
+        # one more XLA program per slice size
+        return choose_numpy(np.asarray(logits)[list(members)], choices)
+
+    def reset(self) -> None:
+        self.model.reset_state()
+
+    def load_weights(self, weights: Any, bindings: Any = None) -> None:
+        """Bind `weights` like `linnet.jax.load_model` and place them on the device."""
+        from linnet.jax.load import bind_weights
+
+        self.model.update_weights(bind_weights(self.model.model, weights, bindings=bindings))
+
+    def copy_weights(self, tensors: Mapping[str, Any]) -> None:
+        """Copy JAX or NumPy arrays (or torch tensors, through the host) by Linnet path
+        into the weights (`JaxModel.update_weights`; how `linnet.jax.grpo` refreshes the
+        sampler from the policy's arrays without leaving the device)."""
+        self.model.update_weights(
+            {
+                path: value if hasattr(value, "devices") else _host(value)
+                for path, value in tensors.items()
+            }
+        )
 
 
 def _host(value: Any) -> Array:

@@ -1,8 +1,9 @@
 """`Engine`: continuous batching of generation requests over a decoder's cache rows.
 
 Stage: the serving layer's core (issue 14). In: a model loaded with
-`linnet.torch.load` or `linnet.onnx.load_model` whose root block has the
-`prefill_slots` / `decode_rows` entries (`linnet.serve.backends`). Out:
+`linnet.torch.load`, `linnet.onnx.load_model` or `linnet.jax.load_model` whose
+root block has the `prefill_slots` / `decode_rows` entries
+(`linnet.serve.backends`). Out:
 `Completion`s, and `TokenEvent`s to each request's `on_token` as tokens come.
 
 Every cache row holds at most one request. Each `step`:

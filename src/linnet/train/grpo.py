@@ -49,7 +49,7 @@ import copy
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -175,13 +175,13 @@ def group_advantages(rewards: torch.Tensor, group: int, scale: Scale = "group") 
     if scale == "none":
         return advantages
     if scale == "group":
-        std = _std(grouped, dim=1).repeat_interleave(group)
+        std = bessel_std(grouped, dim=1).repeat_interleave(group)
     else:
-        std = _std(rewards, dim=0).expand_as(rewards)
+        std = bessel_std(rewards, dim=0).expand_as(rewards)
     return advantages / (std + 1e-4)
 
 
-def _std(values: torch.Tensor, dim: int) -> torch.Tensor:
+def bessel_std(values: torch.Tensor, dim: int) -> torch.Tensor:
     """The Bessel-corrected standard deviation (0 of a single value, where TRL's is NaN
     and its advantage is then zeroed: the same advantage of 0)."""
     if values.shape[dim] < 2:
@@ -275,6 +275,17 @@ def _bucket(n: int) -> int:
 # -- the loss --------------------------------------------------------------------------------
 
 
+def array_ops(value: Any) -> Any:
+    """The functions on `value`'s kind of array: `torch` for a tensor, else the array's
+    own array API namespace (`jax.numpy` for a JAX array or tracer)."""
+    if isinstance(value, torch.Tensor):
+        return torch
+    namespace = getattr(value, "__array_namespace__", None)
+    if namespace is None:
+        raise LinnetError(f"grpo: expected torch tensors or arrays, got {type(value).__name__}")
+    return namespace()
+
+
 @record(frozen=True)
 class TokenLosses:
     """Per-token losses `[N, T]` and what the figures read: the KL `[N, T]` (None
@@ -296,19 +307,21 @@ def token_losses(
     kl_correction: bool = True,
 ) -> TokenLosses:
     """The clipped surrogate plus `beta` KL of every token (module docstring, step 6),
-    in TRL's order of operations."""
+    in TRL's order of operations. Array-agnostic: torch tensors, or arrays of an array
+    API namespace (`jax.numpy` inside `linnet.jax.grpo`'s traced loss)."""
+    ops = array_ops(logps)
     low, high = clip
-    if advantages.dim() == 1:
-        advantages = advantages.unsqueeze(1)
-    ratio = torch.exp(logps - old_logps)
-    clamped = torch.clamp(ratio, 1 - low, 1 + high)
-    loss = -torch.min(ratio * advantages, clamped * advantages)
+    if advantages.ndim == 1:
+        advantages = advantages[:, None]
+    ratio = ops.exp(logps - old_logps)
+    clamped = ops.clip(ratio, min=1 - low, max=1 + high)
+    loss = -ops.minimum(ratio * advantages, clamped * advantages)
     clipped = ((ratio < 1 - low) & (advantages < 0)) | ((ratio > 1 + high) & (advantages > 0))
     kl = None
     if beta != 0.0:
         if reference_logps is None:
             raise LinnetError("grpo: beta != 0 needs the reference log-probs")
-        kl = torch.exp(reference_logps - logps) - (reference_logps - logps) - 1
+        kl = ops.exp(reference_logps - logps) - (reference_logps - logps) - 1
         if kl_correction:
             kl = kl * ratio
         loss = loss + beta * kl
@@ -325,15 +338,23 @@ def aggregate(
     max_new_tokens: int | None = None,
 ) -> torch.Tensor:
     """The loss of `per_token` `[n, T]` as its part of a step of `completions`
-    completions holding `tokens` completion tokens (both default to this batch's)."""
-    mask = mask.to(per_token.dtype)
+    completions holding `tokens` completion tokens (both default to this batch's;
+    pass them under a JAX trace). Array-agnostic as `token_losses`."""
+    ops = array_ops(per_token)
+    if isinstance(mask, torch.Tensor):
+        mask = mask.to(per_token.dtype)
+    else:
+        mask = mask.astype(per_token.dtype)
     count = per_token.shape[0] if completions is None else completions
     if loss_type == "grpo":
-        each = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+        each: torch.Tensor = (per_token * mask).sum(-1) / ops.clip(mask.sum(-1), min=1.0)
         return each.sum() / count
     if loss_type == "dapo":
         total = float(mask.sum()) if tokens is None else tokens
-        return (per_token * mask).sum() / max(total, 1.0)
+        if isinstance(total, float | int):
+            total = max(total, 1.0)  # a traced count (linnet.jax.grpo) is at least 1 already
+        summed: torch.Tensor = (per_token * mask).sum() / total
+        return summed
     if loss_type == "dr_grpo":
         if max_new_tokens is None:
             raise LinnetError("grpo: loss_type 'dr_grpo' needs max_new_tokens")
@@ -397,7 +418,7 @@ def grpo(
     model). `seed` makes the samples reproducible (each completion's sampling seed
     is drawn from it). The gradients of the last iteration stay on the parameters.
     """
-    _check(prompts, group, clip, beta, reference, prompts_per_step, iterations, loss_type,
+    check_options(prompts, group, clip, beta, reference, prompts_per_step, iterations, loss_type,
            scale_rewards, micro_batch)  # fmt: skip
     params = [p for p in policy.parameters() if p.requires_grad]
     if not params:
@@ -436,7 +457,7 @@ def grpo(
         record_ = GrpoStep(
             step=step,
             reward=float(rollout.rewards.mean()),
-            reward_std=float(_std(rollout.rewards, 0)),
+            reward_std=float(bessel_std(rollout.rewards, 0)),
             length=float(np.mean([len(c) for c in rollout.completions])),
             seconds=time.perf_counter() - started,
             **figures,
@@ -539,18 +560,19 @@ def _train_on(
     return figures
 
 
-def _check(
+def check_options(
     prompts: Sequence[Sequence[int]],
     group: int,
     clip: tuple[float, float],
     beta: float,
-    reference: LinnetModule | None,
+    reference: object | None,
     prompts_per_step: int,
     iterations: int,
     loss_type: str,
     scale_rewards: str,
     micro_batch: int | None,
 ) -> None:
+    """A LinnetError naming the first bad option of `grpo` (shared with `linnet.jax.grpo`)."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise LinnetError("grpo: no prompts, or an empty prompt")
     if group < 2:
