@@ -46,6 +46,7 @@ import numpy as np
 
 from linnet.atomic import atomic_write
 from linnet.errors import LinnetError
+from linnet.gguf.q8 import quantize_q8_0
 from linnet.gguf.quantised import QuantisedLinear, block_bytes, dequantized, find_quantised
 from linnet.hf.families import LONGROPE_PATH
 from linnet.hf.folder import BoundFamily, bind_family
@@ -292,6 +293,8 @@ def _data(
     _, qtype, dtype = _layout(bound, path, outtype, linears)
     if qtype is None:
         return array.astype(dtype, copy=False)
+    if qtype == gguf.GGMLQuantizationType.Q8_0:
+        return quantize_q8_0(array)  # gguf-py's bytes, in cache-sized chunks
     return np.asarray(gguf.quants.quantize(array, qtype))
 
 
