@@ -140,7 +140,9 @@ def child(kind: str, folder: Path, out: Path, sizes: dict[str, int], llama_cpp: 
         copied = sum(p.stat().st_size for p in card.folder.rglob("*.safetensors"))
         note = f"{copied} weight bytes in the card"
     seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "peak": peak_bytes(who), "note": note}))
+    usage = resource.getrusage(who)
+    cpu = usage.ru_utime + usage.ru_stime
+    print(json.dumps({"seconds": seconds, "cpu": cpu, "peak": peak_bytes(who), "note": note}))
 
 
 def measure(kind: str, folder: Path, sizes: dict[str, int], args: argparse.Namespace) -> Any:
@@ -155,7 +157,8 @@ def measure(kind: str, folder: Path, sizes: dict[str, int], args: argparse.Names
             command += ["--llama-cpp", args.llama_cpp]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
-            return {"seconds": float("nan"), "peak": 0, "note": done.stderr.strip()[-160:]}
+            return {"seconds": float("nan"), "cpu": float("nan"), "peak": 0,
+                    "note": done.stderr.strip()[-160:]}  # fmt: skip
         return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -199,22 +202,26 @@ def main() -> None:
         for t in ("f32", "f16", "q8_0")
         if "gguf" in only
     ]
-    print(f"{'ours':<16}{'s':>8}{'peak GB':>9}  {'peer':<24}{'s':>8}{'peak GB':>9}{'ratio':>7}")
+    # cpu: user + system seconds of the process (the peer's: of its converter), which a
+    # machine shared with other work inflates far less than the wall-clock seconds
+    print(f"{'ours':<16}{'s':>8}{'cpu s':>7}{'peak GB':>9}  {'peer':<24}{'s':>8}{'cpu s':>7}"
+          f"{'peak GB':>9}{'ratio':>7}")  # fmt: skip
     for label, kind, peer_label, peer_kind in rows:
         ours = measure(kind, folder, sizes, args)
         if peer_kind == "copy" or peer_ok:
             theirs = measure(peer_kind, folder, sizes, args)
         else:
             why = "no --llama-cpp" if not args.llama_cpp else "no tokenizer.model (sentencepiece)"
-            theirs = {"seconds": float("nan"), "peak": 0, "note": why}
+            theirs = {"seconds": float("nan"), "cpu": float("nan"), "peak": 0, "note": why}
         ratio = (
             ours["seconds"] / theirs["seconds"]
             if theirs["seconds"] == theirs["seconds"]
             else float("nan")
         )
         print(
-            f"{label:<16}{ours['seconds']:>8.2f}{ours['peak'] / 1e9:>9.2f}  {peer_label:<24}"
-            f"{theirs['seconds']:>8.2f}{theirs['peak'] / 1e9:>9.2f}{ratio:>7.2f}"
+            f"{label:<16}{ours['seconds']:>8.2f}{ours['cpu']:>7.1f}{ours['peak'] / 1e9:>9.2f}  "
+            f"{peer_label:<24}{theirs['seconds']:>8.2f}{theirs['cpu']:>7.1f}"
+            f"{theirs['peak'] / 1e9:>9.2f}{ratio:>7.2f}"
             + (f"  ({theirs['note']})" if theirs.get("note") else "")
             + (f"  [ours: {ours['note']}]" if ours.get("note") else "")
         )

@@ -136,6 +136,54 @@ def hf_model(family: str, seed: int = 0, *, tied: bool = False) -> Any:
     return model
 
 
+# Phi-3 longrope: 4 short and 4 long factors (head_dim 8), an original length of 16
+# below max_position_embeddings 64 (so the attention factor is sqrt(1 + ln 4 / ln 16)).
+LONGROPE_SHORT = [1.0, 1.1, 1.25, 1.5]
+LONGROPE_LONG = [2.0, 3.5, 7.0, 11.0]
+LONGROPE_ORIGINAL = 16
+LONGROPE_POSITIONS = 64
+
+
+def phi3_longrope_model(seed: int = 0) -> Any:
+    """A random-initialised transformers `Phi3ForCausalLM` of the phi3 case's sizes with
+    longrope scaling (the `LONGROPE_*` values), norm weights perturbed away from 1."""
+    import torch
+    import transformers
+
+    values = CASES["phi3"][1]
+    config = transformers.Phi3Config(
+        vocab_size=values["Vocab"],
+        hidden_size=values["H"],
+        num_attention_heads=values["Heads"],
+        num_key_value_heads=values["KvHeads"],
+        intermediate_size=values["Inner"],
+        num_hidden_layers=values["Layers"],
+        head_dim=values["HeadDim"],
+        max_position_embeddings=LONGROPE_POSITIONS,
+        original_max_position_embeddings=LONGROPE_ORIGINAL,
+        rms_norm_eps=1e-5,
+        rope_scaling={
+            "type": "longrope",
+            "short_factor": LONGROPE_SHORT,
+            "long_factor": LONGROPE_LONG,
+        },
+        rope_theta=10000.0,
+        initializer_range=0.15,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(seed)
+    model = transformers.Phi3ForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, value in model.named_parameters():
+            if name.endswith("norm.weight"):
+                value.add_(0.2 * torch.randn_like(value))
+    return model
+
+
 def hf_logits(model: Any, tokens: Array) -> Array:
     import torch
 

@@ -36,10 +36,10 @@ from linnet.errors import LinnetError  # noqa: E402
 from linnet.weights import read_safetensors  # noqa: E402
 
 Array = np.ndarray[Any, Any]
-SHORT = [1.0, 1.1, 1.25, 1.5]
-LONG = [2.0, 3.5, 7.0, 11.0]
-ORIGINAL = 16
-POSITIONS = 64
+SHORT = fs.LONGROPE_SHORT
+LONG = fs.LONGROPE_LONG
+ORIGINAL = fs.LONGROPE_ORIGINAL
+POSITIONS = fs.LONGROPE_POSITIONS
 GENERICS: dict[str, object] = {
     **fs.generics("phi3", batch=2),
     "MaxSeq": 40,
@@ -49,34 +49,7 @@ GENERICS: dict[str, object] = {
 
 
 def reference_model(seed: int = 0) -> Any:
-    values = fs.CASES["phi3"][1]
-    config = transformers.Phi3Config(
-        vocab_size=values["Vocab"],
-        hidden_size=values["H"],
-        num_attention_heads=values["Heads"],
-        num_key_value_heads=values["KvHeads"],
-        intermediate_size=values["Inner"],
-        num_hidden_layers=values["Layers"],
-        head_dim=values["HeadDim"],
-        max_position_embeddings=POSITIONS,
-        original_max_position_embeddings=ORIGINAL,
-        rms_norm_eps=1e-5,
-        rope_scaling={"type": "longrope", "short_factor": SHORT, "long_factor": LONG},
-        rope_theta=10000.0,
-        initializer_range=0.15,
-        tie_word_embeddings=False,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-        attn_implementation="eager",
-    )
-    torch.manual_seed(seed)
-    model = transformers.Phi3ForCausalLM(config).eval()
-    with torch.no_grad():
-        for name, value in model.named_parameters():
-            if name.endswith("norm.weight"):
-                value.add_(0.2 * torch.randn_like(value))
-    return model
+    return fs.phi3_longrope_model(seed)
 
 
 def factors() -> Array:

@@ -31,7 +31,9 @@ What llama.cpp expects and the transformers names do not give:
   dequantised weight at the outtype (`linnet.gguf.quantised`).
 
 Tensors are converted and written one at a time (the header is written first
-from shapes alone), into a temporary file renamed at the end (`linnet.atomic`).
+from shapes alone), into a temporary file renamed at the end (`linnet.atomic`);
+one worker thread converts the next tensor while this one is written (NumPy and
+the file write release the GIL), so at most two converted tensors are held.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +49,7 @@ import numpy as np
 
 from linnet.atomic import atomic_write
 from linnet.errors import LinnetError
+from linnet.gguf.q8 import quantize_q8_0
 from linnet.gguf.quantised import QuantisedLinear, block_bytes, dequantized, find_quantised
 from linnet.hf.families import LONGROPE_PATH
 from linnet.hf.folder import BoundFamily, bind_family
@@ -135,9 +139,20 @@ def export(
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
-        for path, _ in plan:
-            writer.write_tensor_data(_data(bound, path, outtype, linears))
-            release_mapped(bound.arrays[path])
+        with ThreadPoolExecutor(max_workers=1) as worker:
+
+            def converted(path: str) -> np.ndarray:
+                data = _data(bound, path, outtype, linears)
+                release_mapped(bound.arrays[path])
+                return data
+
+            pending = [worker.submit(converted, path) for path, _ in plan[:1]]
+            for i in range(len(plan)):
+                data = pending.pop().result()
+                if i + 1 < len(plan):
+                    pending.append(worker.submit(converted, plan[i + 1][0]))
+                writer.write_tensor_data(data)
+                del data
         for array in extra.values():
             writer.write_tensor_data(array)
         handle.flush()
@@ -292,6 +307,8 @@ def _data(
     _, qtype, dtype = _layout(bound, path, outtype, linears)
     if qtype is None:
         return array.astype(dtype, copy=False)
+    if qtype == gguf.GGMLQuantizationType.Q8_0:
+        return quantize_q8_0(array)  # gguf-py's bytes, in cache-sized chunks
     return np.asarray(gguf.quants.quantize(array, qtype))
 
 

@@ -10,7 +10,14 @@ and, when it has it (the Llama example does), the engine on `linnet.torch` decod
 
 - `decode_slots<M>(tokens [M, 1], slots [M], positions [M]) -> [M, Vocab]`
 
-instead, which computes only the `M` rows it names; and the generics `Batch` (cache rows) and `MaxSeq` (cache positions). `decoder_for`
+instead, which computes only the `M` rows it names; and the generics `Batch` (cache rows) and `MaxSeq` (cache positions).
+
+A decoder whose rotary tables change for the whole sequence at some length (Phi-3's
+longrope: the `rope_factors` buffer present, switching from the short to the long
+factors once a sequence exceeds `RopeOriginalMaxSeq` tokens) has the keys cached
+before that length rotated the old way; transformers' `generate` then recomputes the
+whole sequence once, and `recompute_length` tells the engine when to do the same.
+`decoder_for`
 wraps a `linnet.torch.LinnetModule` (`TorchDecoder`: inputs go to the module's
 device, logits stay there, sampling runs as torch ops) or a
 `linnet.onnx.load_model` model (`OnnxDecoder`: logits come back as NumPy,
@@ -20,7 +27,7 @@ runs the entries with the caches on the device, sampling runs in NumPy).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import Any, Protocol
 
 import numpy as np
@@ -33,6 +40,8 @@ from linnet.serve.sampling import Choice, choose_numpy
 Array = np.ndarray[Any, Any]
 ENTRIES = ("prefill_slots", "decode_rows")
 SLOTTED = "decode_slots"
+LONGROPE_FACTORS = "rope_factors"
+LONGROPE_SWITCH = "RopeOriginalMaxSeq"
 
 
 class Decoder(Protocol):
@@ -43,6 +52,9 @@ class Decoder(Protocol):
     description: str
     slotted: bool
     """Whether the model has `decode_slots` (see the module docstring)."""
+    recompute_at: int | None
+    """The sequence length at which the whole sequence is prefilled again, or None
+    (`recompute_length`)."""
 
     def prefill(self, tokens: Array, slots: Array, lengths: Array) -> Any: ...
     def decode(self, tokens: Array, positions: Array) -> Any: ...
@@ -77,6 +89,25 @@ def batching_shape(model: BoundModel, rows: int | None, max_seq: int | None) -> 
     return found[0], found[1]
 
 
+def recompute_length(model: BoundModel, present: Set[str]) -> int | None:
+    """The sequence length at which a served sequence must be computed again from its
+    first token, or None: with Phi-3's longrope (`rope_factors` present), a call whose
+    last position + 1 exceeds `RopeOriginalMaxSeq` rotates every position with the long
+    factors, so at `RopeOriginalMaxSeq + 1` tokens the keys cached with the short ones
+    are stale, and transformers' `generate` prefills the whole sequence once
+    (`Phi3ForCausalLM.prepare_inputs_for_generation`)."""
+    if LONGROPE_FACTORS not in present:
+        return None
+    switch = model.generics.get(LONGROPE_SWITCH)
+    if not isinstance(switch, int):
+        raise LinnetError(
+            f"linnet.serve: the model has `{LONGROPE_FACTORS}` (longrope) but no integer "
+            f"generic `{LONGROPE_SWITCH}`, so the engine cannot tell when the rotary factors "
+            "switch"
+        )
+    return switch + 1
+
+
 def decoder_for(model: Any, rows: int | None = None, max_seq: int | None = None) -> Decoder:
     """The `Decoder` of a loaded model (see the module docstring)."""
     kind = type(model).__module__
@@ -102,6 +133,7 @@ class TorchDecoder:
         self.module = module
         self.rows, self.max_seq = batching_shape(module.linnet_model, rows, max_seq)
         self.slotted = SLOTTED in module.linnet_model.entries
+        self.recompute_at = recompute_length(module.linnet_model, module.present_paths)
         self.device = next(iter(module.buffers()), torch.zeros(())).device
         self.description = f"linnet.torch on {self.device}"
 
@@ -181,6 +213,7 @@ class OnnxDecoder:
         # whole cache (no in-place scatter as for `write_rows`), measured slower than
         # `decode_rows` over every row (bench/serve.py).
         self.slotted = False
+        self.recompute_at = recompute_length(model.model, model.present)
         names = ", ".join(p if isinstance(p, str) else p[0] for p in model.providers)
         self.description = f"ONNX Runtime ({names})"
 
@@ -230,6 +263,7 @@ class JaxDecoder:
         self.rows, self.max_seq = batching_shape(model.model, rows, max_seq)
         # `write_slots` is a scatter into the donated cache: only the named rows' work
         self.slotted = SLOTTED in model.model.entries
+        self.recompute_at = recompute_length(model.model, model.present)
         where = "a mesh" if model.mesh is not None else str(jax.devices()[0])
         self.description = f"JAX on {where}"
 

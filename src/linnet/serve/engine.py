@@ -20,6 +20,12 @@ Every cache row holds at most one request. Each `step`:
    few shapes are lowered), else `decode_rows` over every row (free rows compute
    logits nobody reads).
 
+A model whose rotary tables switch for the whole sequence at some length (Phi-3's
+longrope; `Decoder.recompute_at`) has its sequences that reach that length in this
+step prefilled again from their first token instead of decoded (so every cached key
+is rotated the new way), as transformers' `generate` does; their next token comes
+from those prefill logits.
+
 A request leaves its row when it reaches `max_new_tokens`, an eos token or a stop
 sequence, or is cancelled; the row is free for the next step's admissions. Rows
 never see each other (the entries' masks), so a request's tokens do not depend on
@@ -73,6 +79,11 @@ class _Live:
     finished: bool = False
 
     @property
+    def sequence(self) -> list[int]:
+        """The prompt and the tokens generated so far."""
+        return [*self.request.prompt, *self.generated]
+
+    @property
     def position(self) -> int:
         """The cache position of the last generated token, which the next decode feeds."""
         return len(self.request.prompt) + len(self.generated) - 1
@@ -100,6 +111,7 @@ class Engine:
         self.decoder: Decoder = decoder_for(model, rows, max_seq)
         self.rows = self.decoder.rows
         self.max_seq = self.decoder.max_seq
+        self.recompute_at = self.decoder.recompute_at
         self.eos = frozenset(int(t) for t in eos)
         self.min_bucket = min_bucket
         self.max_prefill_tokens = max_prefill_tokens
@@ -195,6 +207,8 @@ class Engine:
         if self.busy:
             raise LinnetError("Engine.warmup runs on an idle engine; requests are queued")
         lengths = range(1, self.max_seq + 1) if prompt_lengths is None else prompt_lengths
+        if self.recompute_at is not None and self.recompute_at <= self.max_seq:
+            lengths = [*lengths, self.recompute_at]  # the whole-sequence prefill
         widths = sorted({bucket(n, self.min_bucket, self.max_seq) for n in lengths})
         for width in widths:
             members = 1
@@ -244,9 +258,13 @@ class Engine:
             live.row = free.pop(0)
             self._active[live.row] = live
             admitted.append(live)
+        self._prefill_grouped(admitted)
+
+    def _prefill_grouped(self, lives: list[_Live]) -> None:
+        """Prefill each request's whole sequence into its row, grouped by padded width."""
         groups: dict[int, list[_Live]] = {}
-        for live in admitted:
-            width = bucket(len(live.request.prompt), self.min_bucket, self.max_seq)
+        for live in lives:
+            width = bucket(len(live.sequence), self.min_bucket, self.max_seq)
             groups.setdefault(width, []).append(live)
         for width, members in sorted(groups.items()):
             # a power of two, so that padding the member count adds no members
@@ -260,10 +278,10 @@ class Engine:
         slots = -1 - np.arange(size, dtype=np.int32)  # padding members write nowhere
         lengths = np.ones(size, np.int32)
         for m, live in enumerate(members):
-            prompt = live.request.prompt
-            tokens[m, : len(prompt)] = prompt
+            sequence = live.sequence
+            tokens[m, : len(sequence)] = sequence
             slots[m] = live.row
-            lengths[m] = len(prompt)
+            lengths[m] = len(sequence)
         logits = self.decoder.prefill(tokens, slots, lengths)
         self.stats.prefill_calls += 1
         self.stats.prefill_padding += size * width - int(lengths[: len(members)].sum())
@@ -271,6 +289,16 @@ class Engine:
 
     def _decode(self) -> None:
         members = sorted(self._active.values(), key=lambda live: live.row)
+        skipped: list[int] = []  # rows prefilled again in this step: no decode writes there
+        if self.recompute_at is not None:
+            again = [live for live in members if len(live.sequence) == self.recompute_at]
+            if again:
+                self.stats.recomputed += len(again)
+                self._prefill_grouped(again)
+                skipped = [live.row for live in again]
+                members = [live for live in members if live.row not in skipped]
+                if not members:
+                    return
         if self.decoder.slotted:
             size = bucket(len(members), 1, self.rows)
             tokens = np.zeros((size, 1), np.int32)
@@ -285,6 +313,7 @@ class Engine:
         else:
             tokens = np.zeros((self.rows, 1), np.int32)
             positions = np.zeros(self.rows, np.int32)
+            positions[skipped] = self.max_seq  # past the cache: the write goes nowhere
             for live in members:
                 tokens[live.row, 0] = live.generated[-1]
                 positions[live.row] = live.position

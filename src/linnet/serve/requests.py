@@ -134,6 +134,8 @@ class Stats:
     decode_calls: int = 0
     busy_rows: int = 0
     """Sum over decode calls of the rows holding a request (occupancy = busy / calls / rows)."""
+    recomputed: int = 0
+    """Sequences prefilled again from their first token (`Decoder.recompute_at`)."""
     seconds: float = 0.0
     """Time spent in `step` (model calls, sampling, bookkeeping)."""
     ttfts: list[float] = field(default_factory=list, repr=False)
