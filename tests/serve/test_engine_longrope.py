@@ -83,6 +83,21 @@ def onnx_engine(weights: dict[str, Any]) -> Engine:
     return Engine(load_model(fs.source("phi3"), generics=GENERICS, weights=weights))
 
 
+def jax_engine(weights: dict[str, Any]) -> Engine:
+    import linnet.jax
+
+    model = linnet.jax.load_model(fs.source("phi3"), generics=GENERICS, weights=weights)
+    return Engine(model)
+
+
+def make_engine(backend: str, weights: dict[str, Any]) -> Engine:
+    if backend == "onnx":
+        return onnx_engine(weights)
+    if backend == "jax":
+        return jax_engine(weights)
+    return torch_engine(weights)
+
+
 def serve(engine: Engine, prompts: list[Array]) -> list[Completion]:
     requests = [Request(p, max_new_tokens=NEW_TOKENS, temperature=0, logprobs=0) for p in prompts]
     completions, _ = engine.run(requests)
@@ -94,14 +109,14 @@ def chosen_logprobs(completion: Completion) -> Array:
     return np.array([entry.logprob for entry in completion.logprobs])
 
 
-@pytest.mark.parametrize("backend", ["torch", "torch/decode_rows", "onnx"])
+@pytest.mark.parametrize("backend", ["torch", "torch/decode_rows", "onnx", "jax"])
 def test_requests_crossing_the_switch_equal_generate_alone(
     backend: str,
     weights: dict[str, Any],
     prompts: list[Array],
     expected: list[tuple[list[int], Array]],
 ) -> None:
-    engine = onnx_engine(weights) if backend == "onnx" else torch_engine(weights)
+    engine = make_engine(backend, weights)
     assert engine.recompute_at == fs.LONGROPE_ORIGINAL + 1
     assert engine.decoder.slotted == (backend != "onnx")
     if backend == "torch/decode_rows":
