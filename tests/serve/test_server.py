@@ -310,9 +310,21 @@ def test_api_key_missing_wrong_and_right(live: Running) -> None:
     assert status == 200
 
 
-def test_a_disconnected_stream_frees_its_row(live: Running) -> None:
+def test_a_disconnected_stream_frees_its_row(
+    live: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
     engine = live.server.engine
     cancelled = engine.stats.cancelled
+    # Each decode step takes at least 50 ms, so the 48 tokens cannot all be generated
+    # before the server sees the disconnect, however fast or loaded the machine is.
+    for name in ("decode", "decode_slots"):
+        step = getattr(engine.decoder, name)
+
+        def slowed(*inputs: Any, step: Any = step) -> Any:
+            time.sleep(0.05)
+            return step(*inputs)
+
+        monkeypatch.setattr(engine.decoder, name, slowed)
     host, port = live.url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=60)
     body = {"model": "tiny-llama", "prompt": "hello", "max_tokens": 48, "stream": True}
