@@ -55,11 +55,11 @@ commands:
   plan [--root BLOCK] [--numerics exact|equivalent] [--no-optimize] [--std DIR] FILE
                                                    the plan JSON of the root block
   torch [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
-          [--std DIR] FILE                         the PyTorch source generated for one entry
+          [--grad] [--std DIR] FILE                the PyTorch source generated for one entry
   jax [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
-          [--std DIR] FILE                         the jax.numpy source generated for one entry
+          [--grad] [--std DIR] FILE                the jax.numpy source generated for one entry
   stablehlo [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
-          [--std DIR] FILE                         one entry as StableHLO MLIR text, static shapes
+          [--grad] [--std DIR] FILE                one entry as StableHLO MLIR text, static shapes
   onnx [--entry NAME] [--bind G=V]... [--root BLOCK] [--optionals present|absent]
           [--provider cpu|cuda] [--fused] [--grad] [--dynamic G,G...] [--output FILE]
           [--std DIR] FILE                         one entry as ONNX (opset 20) text, or a file
