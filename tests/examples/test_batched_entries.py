@@ -8,9 +8,9 @@ row 0 after its first sequence ended (its stale, longer cache left in place).
 Every sequence's logits are compared with transformers' logits of that sequence
 alone (so rows cannot have leaked into each other) and its greedy tokens with
 `generate(do_sample=False)`; on `linnet.torch` (generated source) and ONNX
-Runtime. The Llama example runs the schedule again with `decode_slots` (only the
-busy rows, listed in another order than the cache's, plus a padding member whose
-slot is no row) in place of `decode_rows`.
+Runtime. Every family (Llama, GPT-2, Qwen2, Qwen3, Phi-3) runs the schedule again
+with `decode_slots` (only the busy rows, listed in another order than the
+cache's, plus a padding member whose slot is no row) in place of `decode_rows`.
 """
 
 from __future__ import annotations
@@ -121,8 +121,22 @@ class Rows:
         del self.row_of[seq]
 
 
-@pytest.mark.parametrize("backend", ["torch", "onnx"])
-@pytest.mark.parametrize("family", ["llama", "gpt2", "llama/decode_slots"])
+def schedule_cases() -> list[Any]:
+    """(family or family/decode_slots, backend) for every family on both backends. For
+    Qwen2, Qwen3 and Phi-3 (same code paths as Llama) the pairs the engine does not run,
+    `decode_rows` on linnet.torch and `decode_slots` on ONNX Runtime, are slow."""
+    cases: list[Any] = []
+    for name in ("llama", "gpt2", "qwen2", "qwen3", "phi3"):
+        for family in (name, f"{name}/decode_slots"):
+            for backend in ("torch", "onnx"):
+                unused = (backend == "torch") != family.endswith("decode_slots")
+                slow = name in ("qwen2", "qwen3", "phi3") and unused
+                marks = [pytest.mark.slow] if slow else []
+                cases.append(pytest.param(family, backend, marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize(("family", "backend"), schedule_cases())
 def test_rows_decode_as_their_sequences_alone(family: str, backend: str) -> None:
     decoder = getattr(decoder_cases, family.split("/")[0])()
     call = torch_call(decoder) if backend == "torch" else onnx_call(decoder)
