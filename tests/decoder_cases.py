@@ -1,8 +1,10 @@
 """Tiny decoders with random weights and their transformers twins, for batching tests.
 
-Two families, each a Linnet example bound to the same weights as a transformers
-model: the Llama example (grouped-query attention, rotary positions) and the
-GPT-2 example (learned positions, tied head). `Decoder` carries what a test
+Each a Linnet example bound to the same weights as a transformers model: the
+Llama example (grouped-query attention, rotary positions), the GPT-2 example
+(learned positions, tied head), and the Qwen2, Qwen3 and Phi-3 examples at
+`family_support`'s small configs (q/k/v biases, per-head q/k norms, fused
+projections). `Decoder` carries what a test
 needs to load either on a backend and to compute reference logits; the models
 are small enough (2 layers, H = 32) that lowering and running take well under a
 second.
@@ -128,6 +130,29 @@ def gpt2(seed: int = 0) -> Decoder:
     assert not unexpected and all(k == "lm_head.weight" for k in missing), (missing, unexpected)
     model.tie_weights()
     return Decoder("gpt2", GPT2_SOURCE, {**sizes}, weights, model)
+
+
+def family(name: str, seed: int = 0) -> Decoder:
+    """The `name` example (qwen2, qwen3 or phi3) at `family_support`'s config against its
+    transformers class (eager; norm weights and biases perturbed): the `state_dict` binds."""
+    import family_support
+
+    model = family_support.hf_model(name, seed)
+    sizes = {k: v for k, v in family_support.CASES[name][1].items() if k != "MaxSeq"}
+    weights = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    return Decoder(name, family_support.source(name), {**sizes, "T": "f32"}, weights, model)
+
+
+def qwen2(seed: int = 0) -> Decoder:
+    return family("qwen2", seed)
+
+
+def qwen3(seed: int = 0) -> Decoder:
+    return family("qwen3", seed)
+
+
+def phi3(seed: int = 0) -> Decoder:
+    return family("phi3", seed)
 
 
 def prompts(vocab: int, lengths: list[int], seed: int) -> list[Array]:

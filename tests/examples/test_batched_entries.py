@@ -8,9 +8,9 @@ row 0 after its first sequence ended (its stale, longer cache left in place).
 Every sequence's logits are compared with transformers' logits of that sequence
 alone (so rows cannot have leaked into each other) and its greedy tokens with
 `generate(do_sample=False)`; on `linnet.torch` (generated source) and ONNX
-Runtime. The Llama example runs the schedule again with `decode_slots` (only the
-busy rows, listed in another order than the cache's, plus a padding member whose
-slot is no row) in place of `decode_rows`.
+Runtime. Every family (Llama, GPT-2, Qwen2, Qwen3, Phi-3) runs the schedule again
+with `decode_slots` (only the busy rows, listed in another order than the
+cache's, plus a padding member whose slot is no row) in place of `decode_rows`.
 """
 
 from __future__ import annotations
@@ -121,8 +121,22 @@ class Rows:
         del self.row_of[seq]
 
 
-@pytest.mark.parametrize("backend", ["torch", "onnx"])
-@pytest.mark.parametrize("family", ["llama", "gpt2", "llama/decode_slots"])
+def schedule_cases() -> list[Any]:
+    """(family or family/decode_slots, backend) for every family on both backends. For
+    Qwen2, Qwen3 and Phi-3 (same code paths as Llama) the pairs the engine does not run,
+    `decode_rows` on linnet.torch and `decode_slots` on ONNX Runtime, are slow."""
+    cases: list[Any] = []
+    for name in ("llama", "gpt2", "qwen2", "qwen3", "phi3"):
+        for family in (name, f"{name}/decode_slots"):
+            for backend in ("torch", "onnx"):
+                unused = (backend == "torch") != family.endswith("decode_slots")
+                slow = name in ("qwen2", "qwen3", "phi3") and unused
+                marks = [pytest.mark.slow] if slow else []
+                cases.append(pytest.param(family, backend, marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize(("family", "backend"), schedule_cases())
 def test_rows_decode_as_their_sequences_alone(family: str, backend: str) -> None:
     decoder = getattr(decoder_cases, family.split("/")[0])()
     call = torch_call(decoder) if backend == "torch" else onnx_call(decoder)
@@ -154,9 +168,11 @@ def test_rows_decode_as_their_sequences_alone(family: str, backend: str) -> None
     assert len(distinct) >= 6  # the sequences differ: the rows' comparison means something
 
 
-def test_onnx_decode_rows_updates_the_cache_in_place() -> None:
-    """`write_rows` becomes a scatter into the state buffer (`onnx.runtime.inplace`): decode
-    steps neither move nor copy the cache, out-of-range positions write nothing."""
+@pytest.mark.parametrize("entry", ["decode_rows", "decode_slots"])
+def test_onnx_cache_writes_update_the_state_in_place(entry: str) -> None:
+    """`write_rows` and `write_slots` become scatters into the state buffer
+    (`onnx.runtime.inplace`): neither `prefill_slots` nor a decode step moves or copies
+    the cache, and out-of-range positions or slots write nothing."""
     from linnet.onnx.runtime.model import load_model
 
     decoder = decoder_cases.llama()
@@ -167,16 +183,23 @@ def test_onnx_decode_rows_updates_the_cache_in_place() -> None:
     model.run_entry(
         "prefill_slots", [prompt[None], np.array([1], np.int32), np.array([6], np.int32)]
     )
-    swaps, address = model.swaps, model.state_address(path)
+    address = model.state_address(path)
     before = model.state[path]
-    tokens = np.array([[3], [int(prompt[-1])], [5]], np.int32)
-    logits = model.run_entry("decode_rows", [tokens, np.array([-1, 6, MAX_SEQ], np.int32)])
-    assert model.swaps == swaps and model.state_address(path) == address
+    if entry == "decode_rows":
+        tokens = np.array([[3], [int(prompt[-1])], [5]], np.int32)
+        logits = model.run_entry(entry, [tokens, np.array([-1, 6, MAX_SEQ], np.int32)])
+        row = 1
+    else:
+        tokens = np.array([[int(prompt[-1])], [3]], np.int32)
+        inputs = [tokens, np.array([1, -1], np.int32), np.array([6, 2], np.int32)]
+        logits = model.run_entry(entry, inputs)
+        row = 0
+    assert model.swaps == 0 and model.state_address(path) == address
     after = model.state[path]
     changed = np.argwhere((after != before).any(axis=(1, 3)))
-    assert changed.tolist() == [[1, 6]]  # row 1 at position 6; -1 and MaxSeq write nowhere
+    assert changed.tolist() == [[1, 6]]  # row 1 at position 6; the other writes go nowhere
     want = decoder.logits(np.append(prompt, prompt[-1]))[-1]
-    assert float(np.abs(logits[1] - want).max()) <= 1e-4
+    assert float(np.abs(logits[row] - want).max()) <= 1e-4
 
 
 @pytest.mark.parametrize("entry", ["decode_rows", "decode_slots"])

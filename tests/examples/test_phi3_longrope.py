@@ -150,6 +150,44 @@ def test_prefill_and_decode_switch_factors_as_transformers_does(
         assert_logits(logits, expected[position - 9])
 
 
+def cached_steps(reference: Any, sequence: Array, prompt: int) -> list[Array]:
+    """transformers' logits `[Vocab]` of one sequence alone: after its first `prompt`
+    tokens (one call), then after each later token fed one at a time through the cache."""
+    ids = torch.from_numpy(sequence.astype(np.int64)[None])
+    cache = transformers.DynamicCache(config=reference.config)
+    with torch.no_grad():
+        first = reference(ids[:, :prompt], cache=cache, use_cache=True).logits[0, -1]
+        out = [first.numpy()]
+        for position in range(prompt, ids.shape[1]):
+            step = reference(ids[:, position : position + 1], cache=cache, use_cache=True)
+            out.append(step.logits[0, -1].numpy())
+    return out
+
+
+def test_slotted_entries_pick_the_factors_per_sequence(module: Any, reference: Any) -> None:
+    """Two sequences on either side of the original length share each `prefill_slots` and
+    `decode_slots` call (cache rows 1 and 0): each is rotated with the factors its own
+    length picks, so its logits equal transformers' steps of it alone; the shorter one
+    crosses position 16 while decoding."""
+    lengths, steps = [20, 6], 12
+    sequences = [fs.tokens_of((n + steps,), seed=10 + n) for n in lengths]
+    expected = [cached_steps(reference, s, n) for s, n in zip(sequences, lengths, strict=True)]
+    tokens = np.zeros((2, max(lengths)), np.int32)
+    for m, (sequence, n) in enumerate(zip(sequences, lengths, strict=True)):
+        tokens[m, :n] = sequence[:n]
+    slots = np.array([1, 0], np.int32)
+    module.reset_state()
+    first = run(module, "prefill_slots", tokens, slots, np.array(lengths, np.int32))
+    for m in range(2):
+        assert_logits(first[m], expected[m][0])
+    for step in range(steps):
+        positions = np.array([n + step for n in lengths], np.int32)
+        current = np.array([[s[p]] for s, p in zip(sequences, positions, strict=True)], np.int32)
+        logits = run(module, "decode_slots", current, slots, positions)
+        for m in range(2):
+            assert_logits(logits[m], expected[m][step + 1])
+
+
 def test_greedy_decoding_past_the_original_length_equals_generate(
     module: Any, reference: Any
 ) -> None:

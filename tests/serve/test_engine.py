@@ -63,11 +63,23 @@ def sampled(prompts: list[Any], **options: Any) -> list[Request]:
     ]
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_greedy_completions_equal_generate_with_rows_reused(family: str) -> None:
+@pytest.mark.parametrize(
+    ("family", "backend"),
+    [
+        ("llama", "torch"),
+        ("gpt2", "torch"),
+        ("qwen2", "torch"),
+        ("qwen3", "onnx"),
+        ("phi3", "onnx"),
+    ],
+)
+def test_greedy_completions_equal_generate_with_rows_reused(family: str, backend: str) -> None:
+    """Every decoder example's streams, batched through `decode_slots`, decode as each
+    alone in transformers."""
     decoder = getattr(decoder_cases, family)()
     prompts = decoder_cases.prompts(decoder.vocab, LENGTHS, seed=3)
-    engine = torch_engine(decoder)
+    engine = (torch_engine if backend == "torch" else onnx_engine)(decoder)
+    assert engine.decoder.slotted
     completions, stats = engine.run([Request(p, max_new_tokens=10, temperature=0) for p in prompts])
     for prompt, completion in zip(prompts, completions, strict=True):
         assert completion.tokens == decoder.generate(prompt, 10)

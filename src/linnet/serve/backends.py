@@ -6,7 +6,7 @@ decoder whose root block has the continuous-batching entries of the examples:
 - `prefill_slots<M, S>(tokens [M, S], slots [M], lengths [M]) -> [M, Vocab]`
 - `decode_rows(tokens [Batch, 1], positions [Batch]) -> [Batch, Vocab]`
 
-and, when it has it (the Llama example does), the engine on `linnet.torch` decodes through
+and, when it has it (every decoder example does), the engine decodes through
 
 - `decode_slots<M>(tokens [M, 1], slots [M], positions [M]) -> [M, Vocab]`
 
@@ -209,10 +209,9 @@ class OnnxDecoder:
     def __init__(self, model: Any, rows: int | None, max_seq: int | None) -> None:
         self.model = model
         self.rows, self.max_seq = batching_shape(model.model, rows, max_seq)
-        # Not `decode_slots`: ONNX Runtime runs its `write_slots` as selects over the
-        # whole cache (no in-place scatter as for `write_rows`), measured slower than
-        # `decode_rows` over every row (bench/serve.py).
-        self.slotted = False
+        # `write_slots` into the cache is an in-place scatter (`onnx.runtime.inplace`), so
+        # `decode_slots` writes only the busy rows' new positions (bench/serve.py).
+        self.slotted = SLOTTED in model.model.entries
         self.recompute_at = recompute_length(model.model, model.present)
         names = ", ".join(p if isinstance(p, str) else p[0] for p in model.providers)
         self.description = f"ONNX Runtime ({names})"

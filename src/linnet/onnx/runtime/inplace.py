@@ -11,11 +11,11 @@ every decode step. `contract` binds one buffer as a state input and its
 next-state output when the only writer is a scatter, which then writes just
 the new rows (see `contract` for the measurement). The rewrite is keyed on
 the Core IR, never on the exporter's node patterns: a `call` of
-`std.nn.cache::write_at` / `write_span` / `write_rows` whose cache operand is the `state`
-read of a member and whose result is that member's new value. Its `value`
-and `at` operands are made extra results of the function before export (so
-the exporter names them as graph outputs, per its contract), and those
-outputs are taken off again here.
+`std.nn.cache::write_at` / `write_span` / `write_rows` / `write_slots` whose cache
+operand is the `state` read of a member and whose result is that member's new
+value. Its `value`, `at` (and `slots`) operands are made extra results of the
+function before export (so the exporter names them as graph outputs, per its
+contract), and those outputs are taken off again here.
 
 The scatter computes the canonical function exactly, for every `at`: row `n`
 of the value goes to position `(at + n) mod S`; rows outside `[0, S)` write
@@ -24,7 +24,12 @@ state, which the scatter depends on, so it runs first). For `N <= S` the
 positions `(at + n) mod S` are distinct and none of the out-of-range ones
 is a position inside the span, so no position is written twice. `write_rows`
 writes row `b`'s one position `at[b] mod S` the same way (one position per row,
-so none twice). Spans longer
+so none twice). `write_slots` (continuous batching: `prefill_slots` and
+`decode_slots` of the decoder examples) keeps the members whose slot is a row
+(`NonZero` of `0 <= slot < B`: a slot outside writes nowhere, as the canonical
+body) and scatters member `m`'s span into row `slots[m]` with `ScatterND`, the
+positions as for `write_span`; the slots must be distinct, as the canonical body
+requires (duplicates give garbage there, another garbage here). Spans longer
 than the cache, bf16 caches (`Where` lacks bf16 kernels in some ONNX Runtime
 versions) and writes inside loops keep the canonical form.
 """
@@ -44,20 +49,34 @@ from linnet.onnx.runtime.graph import GraphIndex, remove_dead_nodes, rename_uses
 from linnet.records import record
 
 WRITES = frozenset(
-    {"std.nn.cache::write_at", "std.nn.cache::write_span", "std.nn.cache::write_rows"}
+    {
+        "std.nn.cache::write_at",
+        "std.nn.cache::write_span",
+        "std.nn.cache::write_rows",
+        "std.nn.cache::write_slots",
+    }
 )
+SLOTS = "std.nn.cache::write_slots"
 _DTYPES = frozenset({"f16", "f32", "f64"})
 
 
 @record(eq=False)
 class CacheWrite:
     """One cache write found in the IR: the state path, the operands to probe, and the
-    cache length `S` (axis 2 of the state)."""
+    cache length `S` (axis 2 of the state); for `write_slots`, `slots` and the cache's
+    row count `B` (axis 0)."""
 
     path: str
     value: Value
     at: Value
     size: int
+    slots: Value | None = None
+    rows: int = 0
+
+    @property
+    def probes(self) -> tuple[Value, ...]:
+        """The operands made extra results of the function, in order."""
+        return (self.value, self.at) if self.slots is None else (self.value, self.at, self.slots)
 
 
 def find_writes(fn: Function) -> list[CacheWrite]:
@@ -65,7 +84,19 @@ def find_writes(fn: Function) -> list[CacheWrite]:
     reads = {op.results[0]: str(op.attrs["path"]) for op in fn.body.ops if op.kind == "state"}
     found: list[CacheWrite] = []
     for op in fn.body.ops:
-        if op.kind != "call" or op.attrs.get("callee") not in WRITES or len(op.operands) != 3:
+        callee = op.attrs.get("callee")
+        if op.kind != "call" or callee not in WRITES:
+            continue
+        if callee == SLOTS and len(op.operands) == 4:
+            cache, value, slots, at = op.operands
+            path = reads.get(cache)
+            if path is None or fn.state_updates.get(path) is not op.results[0]:
+                continue
+            span, size = value.type.shape[2], cache.type.shape[2]
+            if cache.type.dtype in _DTYPES and at.type.shape == () and span <= size:
+                found.append(CacheWrite(path, value, at, size, slots, cache.type.shape[0]))
+            continue
+        if len(op.operands) != 3:
             continue
         cache, value, at = op.operands
         path = reads.get(cache)
@@ -81,8 +112,9 @@ def find_writes(fn: Function) -> list[CacheWrite]:
 
 
 def with_probes(fn: Function, writes: Sequence[CacheWrite]) -> Function:
-    """`fn` with the `value` and `at` operand of every write appended to its results."""
-    extra = tuple(v for w in writes for v in (w.value, w.at))
+    """`fn` with the probed operands of every write (`CacheWrite.probes`) appended to its
+    results."""
+    extra = tuple(v for w in writes for v in w.probes)
     return Function(fn.name, fn.inputs, fn.body, fn.results + extra, dict(fn.state_updates))
 
 
@@ -99,7 +131,7 @@ def rewrite(
     `next_state<N>`) graph names.
     """
     graph = proto.graph
-    probes = {f"output{results + i}" for i in range(2 * len(writes))}
+    probes = {f"output{results + i}" for i in range(sum(len(w.probes) for w in writes))}
     state_outputs = {names[w.path][1] for w in writes}
     index = GraphIndex(graph)
     # every probe and state output is an `Identity` of the value it names
@@ -113,15 +145,20 @@ def rewrite(
         dropped.add(made_by)
     before: dict[int, list[onnx.NodeProto]] = {}
     renames: dict[str, str] = {}
+    offset = results
     for number, write in enumerate(writes):
         state, next_state = names[write.path]
-        value = copied[f"output{results + 2 * number}"]
-        at = copied[f"output{results + 2 * number + 1}"]
+        probed = [copied[f"output{offset + i}"] for i in range(len(write.probes))]
+        offset += len(write.probes)
         written = copied[next_state]
         position = index.producer.get(written)
         if position is None:
             raise InternalError(f"nothing in the exported graph makes `{written}`")
-        nodes = _scatter(f"inplace{number}_", state, value, at, next_state, write)
+        prefix = f"inplace{number}_"
+        if write.slots is None:
+            nodes = _scatter(prefix, state, probed[0], probed[1], next_state, write)
+        else:
+            nodes = _scatter_slots(prefix, state, probed, next_state, write)
         before.setdefault(position, []).extend(nodes)
         renames[written] = next_state
     kept: list[onnx.NodeProto] = []
@@ -187,4 +224,74 @@ def _scatter(
         helper.make_node(
             "ScatterElements", [state, name("index"), name("rows_new")], [out], axis=2
         ),
+    ]
+
+
+def _scatter_slots(
+    prefix: str, state: str, probed: Sequence[str], out: str, write: CacheWrite
+) -> list[onnx.NodeProto]:
+    """Nodes writing member `m`'s span of `value` into row `slots[m]` of `state` at
+    positions `(at + n) mod S`, for the members whose slot is a row (module docstring)."""
+    value, at, slots = probed
+    assert write.slots is not None
+    _, heads, span, _ = write.value.type.shape
+    slots_type = write.slots.type.dtype
+
+    def name(s: str) -> str:
+        return prefix + s
+
+    def const(s: str, array: np.ndarray[Any, Any]) -> onnx.NodeProto:
+        return helper.make_node(
+            "Constant", [], [name(s)], value=numpy_helper.from_array(array, name(s))
+        )
+
+    def as_i64(source: str, dtype: str, target: str) -> onnx.NodeProto:
+        if dtype == "i64":
+            return helper.make_node("Identity", [source], [name(target)])
+        return helper.make_node("Cast", [source], [name(target)], to=TensorProto.INT64)
+
+    return [
+        const("zero", np.array(0, np.int64)),
+        const("batch", np.array(write.rows, np.int64)),
+        const("size", np.array(write.size, np.int64)),
+        const("steps", np.arange(span, dtype=np.int64)),
+        const("heads", np.arange(heads, dtype=np.int64).reshape(1, heads, 1, 1)),
+        const("flat", np.array([-1], np.int64)),
+        const("row_shape", np.array([-1, 1, 1, 1], np.int64)),
+        const("step_shape", np.array([1, 1, span, 1], np.int64)),
+        const("tail", np.array([heads, span, 1], np.int64)),
+        as_i64(slots, slots_type, "slots"),
+        as_i64(at, write.at.type.dtype, "at"),
+        # the members whose slot is a row: k -> member keep[k]
+        helper.make_node("GreaterOrEqual", [name("slots"), name("zero")], [name("low")]),
+        helper.make_node("Less", [name("slots"), name("batch")], [name("high")]),
+        helper.make_node("And", [name("low"), name("high")], [name("valid")]),
+        helper.make_node("NonZero", [name("valid")], [name("nonzero")]),
+        helper.make_node("Reshape", [name("nonzero"), name("flat")], [name("keep")]),
+        helper.make_node("Gather", [name("slots"), name("keep")], [name("kept")], axis=0),
+        helper.make_node("Gather", [value, name("keep")], [name("spans")], axis=0),
+        # positions at + n, wrapped into the cache; those outside keep their old value
+        helper.make_node("Add", [name("at"), name("steps")], [name("positions")]),
+        helper.make_node("Mod", [name("positions"), name("size")], [name("wrapped")]),
+        helper.make_node("GreaterOrEqual", [name("positions"), name("zero")], [name("p_low")]),
+        helper.make_node("Less", [name("positions"), name("size")], [name("p_high")]),
+        helper.make_node("And", [name("p_low"), name("p_high")], [name("inside")]),
+        helper.make_node("Reshape", [name("inside"), name("step_shape")], [name("mask")]),
+        # index [K, H, N, 3] = (slot, head, position)
+        helper.make_node("Shape", [name("kept")], [name("count")]),
+        helper.make_node("Concat", [name("count"), name("tail")], [name("full")], axis=0),
+        helper.make_node("Reshape", [name("kept"), name("row_shape")], [name("row1")]),
+        helper.make_node("Expand", [name("row1"), name("full")], [name("row_index")]),
+        helper.make_node("Expand", [name("heads"), name("full")], [name("head_index")]),
+        helper.make_node("Reshape", [name("wrapped"), name("step_shape")], [name("step1")]),
+        helper.make_node("Expand", [name("step1"), name("full")], [name("step_index")]),
+        helper.make_node(
+            "Concat",
+            [name("row_index"), name("head_index"), name("step_index")],
+            [name("index")],
+            axis=3,
+        ),
+        helper.make_node("GatherND", [state, name("index")], [name("old")]),
+        helper.make_node("Where", [name("mask"), name("spans"), name("old")], [name("new")]),
+        helper.make_node("ScatterND", [state, name("index"), name("new")], [out]),
     ]
