@@ -14,8 +14,10 @@ by the positions that predict a learned token: the rows leave each first token
 unlabelled so the two counts agree. `DPOTrainer` (the reference another adapter)
 against `linnet.train.dpo.dpo` on its tokenised pairs: losses and parameters.
 `GRPOTrainer`: its `_compute_loss` and gradients through the adapter on fixed
-completions against `linnet.train.grpo` (its sampling needs `generate`, which
-the adapter does not offer: `grpo` samples with the serving engine).
+completions against `linnet.train.grpo`; the adapter's `generate` against
+transformers' `generate` (greedy and seeded sampling); and `GRPOTrainer`
+training 2 steps, sampling with that `generate`, its first logged loss and
+gradient norm against `linnet.train.grpo` on the completions it sampled.
 """
 
 from __future__ import annotations
@@ -184,8 +186,7 @@ def test_dpo_trainer_equals_linnet_dpo(tokenizer: Any, tmp_path: Path) -> None:
 
 def test_grpo_trainer_loss_on_the_adapter(tokenizer: Any, tmp_path: Path) -> None:
     """`GRPOTrainer`'s loss and gradients through the adapter on fixed completions equal
-    `linnet.train.grpo`'s (its sampling calls `generate`, which the adapter lacks: sample
-    with `linnet.train.grpo.grpo` and a `linnet.serve.Engine` instead)."""
+    `linnet.train.grpo`'s (importance ratios of 1: the loss of fixed completions)."""
     from linnet.train.grpo import completion_log_probs, group_advantages, grpo_loss
 
     hf = fs.hf_model("llama")
@@ -214,3 +215,90 @@ def test_grpo_trainer_loss_on_the_adapter(tokenizer: Any, tmp_path: Path) -> Non
     grads = dict(model.named_parameters())
     for name, param in twin.named_parameters():
         assert param.grad is not None and gap(param.grad, grads["module." + name].grad) <= 1e-5
+
+
+def test_generate_equals_transformers() -> None:
+    """Greedy and seeded sampling (temperature, top-k, top-p, an eos that pads the finished
+    row) give transformers' tokens on the same weights, left padding included."""
+    hf = fs.hf_model("llama")
+    model = CausalLM(linnet_twin(hf, "llama"))
+    ids = torch.tensor([[5, 9, 14, 3], [0, 0, 20, 3]])
+    mask = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
+    greedy = transformers.GenerationConfig(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    expected = hf.generate(ids, attention_mask=mask, generation_config=greedy)
+    assert torch.equal(model.generate(ids, attention_mask=mask, generation_config=greedy), expected)
+    assert expected.shape == (2, 10)
+    eos = int(expected[0, 6])  # the first row's third greedy token ends it
+    ended = model.generate(ids, attention_mask=mask, max_new_tokens=6, eos_token_id=eos,
+                           pad_token_id=0)  # fmt: skip
+    assert torch.equal(ended, hf.generate(ids, attention_mask=mask, max_new_tokens=6,
+                                          eos_token_id=eos, pad_token_id=0))  # fmt: skip
+    assert (ended[0, 7:] == 0).all()
+    sampled = transformers.GenerationConfig(max_new_tokens=8, do_sample=True, temperature=0.7,
+                                            top_k=20, top_p=0.9, pad_token_id=0)  # fmt: skip
+    torch.manual_seed(3)
+    theirs = hf.generate(ids, attention_mask=mask, generation_config=sampled)
+    torch.manual_seed(3)
+    assert torch.equal(model.generate(ids, attention_mask=mask, generation_config=sampled), theirs)
+    with pytest.raises(LinnetError, match="unsupported options num_beams"):
+        model.generate(ids, num_beams=2)
+    with pytest.raises(LinnetError, match="unsupported inputs pixel_values"):
+        model.generate(ids, pixel_values=torch.zeros(1))
+
+
+class Recorded(CausalLM):
+    """The adapter, keeping what each `generate` call took and gave."""
+
+    calls: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+    def generate(self, input_ids: Any, attention_mask: Any = None, generation_config: Any = None,
+                 **kwargs: Any) -> Any:  # fmt: skip
+        out = super().generate(input_ids, attention_mask, generation_config, **kwargs)
+        self.calls.append((input_ids, attention_mask, out))
+        return out
+
+
+def reward(completion_ids: list[list[int]], **_: Any) -> list[float]:
+    return [float(sum(c) % 5) for c in completion_ids]
+
+
+def test_grpo_trainer_trains_through_the_adapter(tokenizer: Any, tmp_path: Path) -> None:
+    """`GRPOTrainer` samples with the adapter's `generate` and trains 2 steps; the first
+    step's logged loss and gradient norm equal `linnet.train.grpo`'s on the completions it
+    sampled (the rewards recomputed from them, groups of 2 in a row as TRL repeats them)."""
+    from linnet.train.grpo import completion_log_probs, group_advantages, grpo_loss
+
+    hf = fs.hf_model("llama")
+    model = Recorded(linnet_twin(hf, "llama"))
+    model.calls = []
+    stops = [tokenizer.eos_token_id, 7, 21, 33, 45, 58]  # several eos ids: completions vary
+    model.generation_config.eos_token_id = stops
+    args = trl.GRPOConfig(**common(tmp_path) | {"per_device_train_batch_size": 4, "max_steps": 2},
+                          num_generations=2, max_completion_length=6, loss_type="dapo")  # fmt: skip
+    trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=args,
+                              train_dataset=datasets.Dataset.from_dict({"prompt": ["ab cd", "ef"]}),
+                              processing_class=tokenizer)  # fmt: skip
+    trainer.train()
+    assert len(model.calls) == 2
+    ids, mask, out = model.calls[0]
+    width = ids.shape[1]
+    prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
+    completions = []
+    for row in out[:, width:].tolist():
+        ends = [i for i, t in enumerate(row) if t in stops]
+        completions.append(row[: ends[0] + 1] if ends else row)
+    assert len({len(c) for c in completions}) > 1
+    assert prompts[0] == prompts[1] and prompts[2] == prompts[3]
+    twin = linnet_twin(hf, "llama")
+    advantages = group_advantages(torch.tensor(reward(completions)), 2)
+    logps, token_mask = completion_log_probs(twin, prompts, completions)
+    loss = grpo_loss(logps, logps.detach(), advantages, token_mask, loss_type="dapo")
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(list(twin.parameters()), float("inf"))
+    first = trainer.state.log_history[0]
+    assert first["loss"] == pytest.approx(float(loss.detach()), rel=1e-4, abs=1e-6)
+    assert first["grad_norm"] == pytest.approx(float(norm), rel=1e-4)
+    assert float(norm) > 0
+    before = {n: p.detach() for n, p in hf.named_parameters()}
+    changed = [gap(p, before[n.removeprefix("module.")]) > 0 for n, p in model.named_parameters()]
+    assert all(changed)

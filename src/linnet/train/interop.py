@@ -26,11 +26,13 @@ is the model's own head tensor (`head`, `lm_head.weight` by default; GPT-2's
 is tied to `transformer.wte.weight`), so gradients reach the Linnet
 parameters. The attributes the trainers read (`config`, `generation_config`,
 `add_model_tags`) are here too. Gradient checkpointing is refused: pass
-`gradient_checkpointing=False` (TRL's configs turn it on by default). There is
-no `generate`: `GRPOTrainer` computes its loss through the adapter but cannot
-sample with it; `linnet.train.grpo` samples with `linnet.serve.Engine`. A LoRA
-adapter on the head itself is not seen by the fused head (it reads the stored
-weight).
+`gradient_checkpointing=False` (TRL's configs turn it on by default).
+`generate` is transformers' (`linnet.train.interop_generate`: left-padded
+prompts, greedy or sampled with transformers' logits processors), which is
+what `GRPOTrainer` samples with when `use_vllm=False`; it reruns the whole
+sequence each step, so `linnet.train.grpo` with `linnet.serve.Engine` is the
+fast way to sample. A LoRA adapter on the head itself is not seen by the fused
+head (it reads the stored weight).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from torch import nn
 
 from linnet.errors import LinnetError
 from linnet.torch.module import LinnetModule
+from linnet.train import interop_generate
 from linnet.train.data import Batch
 from linnet.train.entries import HIDDEN, LOSS, run
 
@@ -99,6 +102,26 @@ class CausalLM(nn.Module):
     @property
     def base_model(self) -> _Backbone:
         return _Backbone(self.module)
+
+    # -- sampling --------------------------------------------------------------------------
+
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        generation_config: Any = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        """Prompts followed by new tokens, as transformers' `generate` (`interop_generate`)."""
+        config = interop_generate.resolve(self.generation_config, generation_config, kwargs)
+        head = self.module.tensor(self.head_path)
+
+        def next_logits(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            last = hidden_states(self.module, ids, mask)[:, -1]
+            return last @ head.T.to(last.dtype)
+
+        with torch.no_grad():
+            return interop_generate.generate(next_logits, input_ids, attention_mask, config)
 
     # -- the forward -----------------------------------------------------------------------
 
