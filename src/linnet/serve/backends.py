@@ -203,18 +203,19 @@ class TorchDecoder:
                 self.module.tensor(path).copy_(source.detach())
 
 
-class OnnxDecoder:
-    """A `linnet.onnx.load_model` model; logits come back to the host."""
+class _EntryDecoder:
+    """A model whose entries run by name on host arrays (`run_entry`): ONNX Runtime's
+    and JAX's. The logits come back to the host for sampling: the whole `[rows, Vocab]`,
+    since slicing on the device first would make (or compile) one more program per
+    slice size."""
 
     def __init__(self, model: Any, rows: int | None, max_seq: int | None) -> None:
         self.model = model
         self.rows, self.max_seq = batching_shape(model.model, rows, max_seq)
-        # `write_slots` into the cache is an in-place scatter (`onnx.runtime.inplace`), so
-        # `decode_slots` writes only the busy rows' new positions (bench/serve.py).
+        # `write_slots` into the cache is a scatter in place (`onnx.runtime.inplace`, or
+        # XLA's into the donated state), so `decode_slots` works on the busy rows only
         self.slotted = SLOTTED in model.model.entries
         self.recompute_at = recompute_length(model.model, model.present)
-        names = ", ".join(p if isinstance(p, str) else p[0] for p in model.providers)
-        self.description = f"ONNX Runtime ({names})"
 
     def prefill(self, tokens: Array, slots: Array, lengths: Array) -> Any:
         return self.model.run_entry("prefill_slots", [tokens, slots, lengths])
@@ -232,6 +233,15 @@ class OnnxDecoder:
 
     def reset(self) -> None:
         self.model.reset_state()
+
+
+class OnnxDecoder(_EntryDecoder):
+    """A `linnet.onnx.load_model` model."""
+
+    def __init__(self, model: Any, rows: int | None, max_seq: int | None) -> None:
+        super().__init__(model, rows, max_seq)
+        names = ", ".join(p if isinstance(p, str) else p[0] for p in model.providers)
+        self.description = f"ONNX Runtime ({names})"
 
     def load_weights(self, weights: Any, bindings: Any = None) -> None:
         """Bind `weights` like `linnet.onnx.load_model` and copy them into the bound weights."""
@@ -245,10 +255,10 @@ class OnnxDecoder:
         self.model.update_weights({path: _host(value) for path, value in tensors.items()})
 
 
-class JaxDecoder:
+class JaxDecoder(_EntryDecoder):
     """A `linnet.jax.load_model` model (`JaxModel`): each entry compiled by XLA once per
     shape (the engine's power-of-two buckets keep those few), the caches on the device
-    and updated in place (donated), the logits brought to the host for sampling."""
+    and updated in place (donated)."""
 
     def __init__(self, model: Any, rows: int | None, max_seq: int | None) -> None:
         import jax
@@ -258,32 +268,9 @@ class JaxDecoder:
                 "linnet.serve.Engine runs a linnet.jax model loaded without tensor_parallel= "
                 "(mesh= works: XLA partitions each entry)"
             )
-        self.model = model
-        self.rows, self.max_seq = batching_shape(model.model, rows, max_seq)
-        # `write_slots` is a scatter into the donated cache: only the named rows' work
-        self.slotted = SLOTTED in model.model.entries
-        self.recompute_at = recompute_length(model.model, model.present)
+        super().__init__(model, rows, max_seq)
         where = "a mesh" if model.mesh is not None else str(jax.devices()[0])
         self.description = f"JAX on {where}"
-
-    def prefill(self, tokens: Array, slots: Array, lengths: Array) -> Any:
-        return self.model.run_entry("prefill_slots", [tokens, slots, lengths])
-
-    def decode(self, tokens: Array, positions: Array) -> Any:
-        return self.model.run_entry("decode_rows", [tokens, positions])
-
-    def decode_slots(self, tokens: Array, slots: Array, positions: Array) -> Any:
-        return self.model.run_entry(SLOTTED, [tokens, slots, positions])
-
-    def choose(
-        self, logits: Any, members: Sequence[int], choices: Sequence[Choice]
-    ) -> list[tuple[int, TokenLogprob | None]]:
-        # the whole [rows, Vocab] to the host: slicing on the device first would compile
-        # one more XLA program per slice size
-        return choose_numpy(np.asarray(logits)[list(members)], choices)
-
-    def reset(self) -> None:
-        self.model.reset_state()
 
     def load_weights(self, weights: Any, bindings: Any = None) -> None:
         """Bind `weights` like `linnet.jax.load_model` and place them on the device."""
