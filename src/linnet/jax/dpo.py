@@ -23,7 +23,6 @@ Each step is one jitted function: the loss's gradient, clipping as
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -35,7 +34,7 @@ from linnet.errors import LinnetError
 from linnet.jax.train.loop import starting_point, update
 from linnet.jax.train.model import Apply, as_trainable
 from linnet.jax.train.params import Globs, Split
-from linnet.train.dpo import DpoStep, Pair, PreferenceBatch, collate
+from linnet.train.dpo import DpoStep, Pair, PreferenceBatch, collate, dpo_figures
 
 
 def sequence_log_probs(logits: Any, tokens: Any, completion: Any) -> Any:
@@ -149,7 +148,7 @@ def dpo(
         trained, opt_state, loss, chosen, rejected = step(
             trained, opt_state, frozen, batch, chosen_ref, rejected_ref
         )
-        figures = _figures(number, float(loss), np.asarray(chosen), np.asarray(rejected))
+        figures = dpo_figures(number, float(loss), np.asarray(chosen), np.asarray(rejected))
         history.append(figures)
         if on_step is not None:
             on_step(figures)
@@ -194,17 +193,3 @@ def _compiled(
         return trained, opt_state, loss, chosen, rejected
 
     return jax.jit(step, donate_argnums=(0, 1))
-
-
-def _figures(step: int, loss: float, chosen: np.ndarray, rejected: np.ndarray) -> DpoStep:
-    """TRL's logged metrics of one step (`linnet.train.dpo`'s `DpoStep`)."""
-    if not math.isfinite(loss):
-        raise LinnetError(f"dpo: the loss of step {step} is {loss}")
-    return DpoStep(
-        step=step,
-        loss=loss,
-        chosen_rewards=float(chosen.mean()),
-        rejected_rewards=float(rejected.mean()),
-        margins=float((chosen - rejected).mean()),
-        accuracy=float((chosen > rejected).astype(np.float32).mean()),
-    )

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -243,14 +244,24 @@ def _precompute(
 def _figures(
     step: int, loss: torch.Tensor, chosen: torch.Tensor, rejected: torch.Tensor
 ) -> DpoStep:
-    value = float(loss.detach())
-    if not math.isfinite(value):
-        raise LinnetError(f"dpo: the loss of step {step} is {value}")
+    return dpo_figures(
+        step,
+        float(loss.detach()),
+        chosen.detach().float().cpu().numpy(),
+        rejected.detach().float().cpu().numpy(),
+    )
+
+
+def dpo_figures(step: int, loss: float, chosen: np.ndarray, rejected: np.ndarray) -> DpoStep:
+    """TRL's logged metrics of one step from the implicit rewards of the pairs (shared
+    with `linnet.jax.dpo`); a loss that is not finite stops training."""
+    if not math.isfinite(loss):
+        raise LinnetError(f"dpo: the loss of step {step} is {loss}")
     return DpoStep(
         step=step,
-        loss=value,
+        loss=loss,
         chosen_rewards=float(chosen.mean()),
         rejected_rewards=float(rejected.mean()),
         margins=float((chosen - rejected).mean()),
-        accuracy=float((chosen > rejected).float().mean()),
+        accuracy=float((chosen > rejected).astype(np.float32).mean()),
     )
