@@ -17,7 +17,9 @@ call the helpers of `linnet.jax.kernels` (bound as `K`). `while` becomes
 `lax.while_loop`, a runtime `for` `lax.scan` and `if` `lax.cond`, with their regions as nested
 functions (which read enclosing values as closures); `call` ops are inlined
 with a comment naming the op. Constants are module globals `_c<n>` (NumPy
-arrays, embedded as XLA constants when traced).
+arrays, embedded as XLA constants when traced). With `remat=` (a
+`linnet.jax.remat.LayerRemat`) each layer's run of top-level ops becomes a
+nested `layer_<n>` function called through `jax.checkpoint`.
 
 The function is pure, so it traces under `jax.jit`, `jax.grad` and
 `jax.vjp` (reverse-mode differentiation stops at `lax.while_loop`, a JAX
@@ -30,20 +32,22 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from linnet.errors import InternalError
-from linnet.ir.core import FLOAT_DTYPES, Function, Op, Region
+from linnet.ir.core import FLOAT_DTYPES, Function, Op, Region, Value
 from linnet.ir.pynames import Namer
-from linnet.ir.regions import clause_region, region_free_values, walk
+from linnet.ir.regions import clause_region, free_values, region_free_values, walk
 from linnet.jax import clauses as clauses_module
 from linnet.jax import collectives as collectives_module
 from linnet.jax import kernels as kernels_module
 from linnet.jax.collectives import ALIAS as COLLECTIVES_ALIAS
 from linnet.jax.collectives import collective_call
 from linnet.jax.dtypes import JNP_NAMES, needs_x64
+from linnet.jax.remat import LayerRemat, Segment, layer_segments
 from linnet.records import record
 
 Entry = Callable[..., tuple[list[Any], dict[str, Any]]]
@@ -101,7 +105,9 @@ def _tuple(values: Sequence[object]) -> str:
     return f"({items},)" if len(values) == 1 else f"({items})"
 
 
-_RESERVED = frozenset({"jnp", "lax", "K", "W", "S", "np", "clauses", COLLECTIVES_ALIAS})
+_RESERVED = frozenset(
+    {"jnp", "lax", "K", "W", "S", "np", "clauses", "jax", "_remat_policy", COLLECTIVES_ALIAS}
+)
 
 
 class _Emitter:
@@ -377,6 +383,30 @@ class _Emitter:
             else:
                 self.name.names[result] = self.name(value)
 
+    def remat_segment(self, ops: Sequence[Op], segment: Segment, later: set[Value]) -> None:
+        """`ops` (layer `segment.index`) as a nested function called through
+        `jax.checkpoint` (`linnet.jax.remat`): its arguments are the values the ops read
+        from before them, its results the values of theirs read after them."""
+        inputs = sorted({self.name(v) for v in region_free_values(Region((), list(ops), ()))})
+        inputs = [n for n in inputs if n not in self.globals]
+        fn = self.name.fresh(f"layer_{segment.index}")
+        self.line(f"def {fn}(W, S{''.join(', ' + n for n in inputs)}):")
+        self.depth += 1
+        for op in ops:
+            self.op(op)
+        produced = [v for op in ops for v in op.results if v in later]
+        outputs = list(dict.fromkeys(self.name(v) for v in produced))
+        self.line(f"return {_tuple(outputs) if outputs else '()'}")
+        self.depth -= 1
+        call = (
+            f"jax.checkpoint({fn}, policy=_remat_policy)(W, S{''.join(', ' + n for n in inputs)})"
+        )
+        if outputs:
+            target = ", ".join(outputs) + ("," if len(outputs) == 1 else "")
+            self.line(f"{target} = {call}")
+        else:
+            self.line(call)
+
     def emit_clause_call(self, op: Op) -> None:
         """An op with a gradient clause: its body and clause as nested functions under
         `jax.custom_vjp` (`clauses.apply`, language-extensions 3.4). The values either
@@ -435,8 +465,9 @@ class _Emitter:
         return name
 
 
-def generate(fn: Function) -> Generated:
-    """`jax.numpy` source for `fn` and the callable it defines (see the module docstring)."""
+def generate(fn: Function, remat: LayerRemat | None = None) -> Generated:
+    """`jax.numpy` source for `fn` and the callable it defines (see the module docstring);
+    with `remat`, each layer's ops run under `jax.checkpoint` (`linnet.jax.remat`)."""
     namer = Namer(_RESERVED)
     globals_: dict[str, Any] = {
         "jnp": jnp,
@@ -444,6 +475,8 @@ def generate(fn: Function) -> Generated:
         "K": kernels_module,
         "np": np,
         "clauses": clauses_module,
+        "jax": jax,
+        "_remat_policy": None if remat is None else remat.policy,
     }
     for name, value in fn.inputs:
         namer.names[value] = namer.fresh(name)
@@ -454,7 +487,10 @@ def generate(fn: Function) -> Generated:
             emitter.emit_const(op)
     body = Region(fn.body.args, [op for op in fn.body.ops if op.kind != "const"], ())
     main = _Emitter(namer, globals_)
-    main.region(body)
+    if remat is None:
+        main.region(body)
+    else:
+        _emit_layers(main, body.ops, fn, remat)
     results = ", ".join(namer(v) for v in fn.results)
     updates = ", ".join(f"{path!r}: {namer(v)}" for path, v in fn.state_updates.items())
     main.line(f"return [{results}], {{{updates}}}")
@@ -466,3 +502,18 @@ def generate(fn: Function) -> Generated:
     code = compile(source, f"<linnet jax {fn.name}>", "exec")
     exec(code, globals_)
     return Generated(source, globals_["entry"], needs_x64(fn))
+
+
+def _emit_layers(main: _Emitter, ops: list[Op], fn: Function, remat: LayerRemat) -> None:
+    """The top-level `ops`, each layer's run under `jax.checkpoint` (`linnet.jax.remat`)."""
+    done = 0
+    for segment in layer_segments(ops, remat):
+        for op in ops[done : segment.start]:
+            main.op(op)
+        later: set[Value] = {*fn.results, *fn.state_updates.values()}
+        for op in ops[segment.stop :]:
+            later |= free_values(op)
+        main.remat_segment(ops[segment.start : segment.stop], segment, later)
+        done = segment.stop
+    for op in ops[done:]:
+        main.op(op)

@@ -4,7 +4,8 @@ Stage: the JAX backend's runners, below the loaders. In: a lowered,
 optimised `Function`. Out:
 
 - `SourceRunner`: the generated `jax.numpy` source under `jax.jit`, called as
-  `run(weights, state, inputs) -> (results, new state)`; differentiable;
+  `run(weights, state, inputs) -> (results, new state)`; differentiable
+  (`remat=`: each layer under `jax.checkpoint`, `linnet.jax.remat`);
 - `StableHLORunner`: the entry's StableHLO text (`linnet.jax.stablehlo`),
   parsed back and compiled by XLA through `jax.export`, called the same way;
   `donate_state=True` donates the state arguments so XLA may update them in
@@ -26,6 +27,7 @@ from linnet.errors import LinnetError
 from linnet.ir.core import Function, TensorType, numpy_dtype
 from linnet.jax.codegen import Generated, generate
 from linnet.jax.dtypes import x64_scope
+from linnet.jax.remat import LayerRemat
 from linnet.jax.stablehlo.export import StableHLO, export_stablehlo
 
 Outputs = tuple[list[Any], dict[str, Any]]
@@ -39,9 +41,9 @@ NOT_DIFFERENTIABLE = (
 class SourceRunner:
     """Generated `jax.numpy` source for one function, jitted (differentiable)."""
 
-    def __init__(self, fn: Function, *, jit: bool = True) -> None:
+    def __init__(self, fn: Function, *, jit: bool = True, remat: LayerRemat | None = None) -> None:
         self.function = fn
-        self.generated: Generated = generate(fn)
+        self.generated: Generated = generate(fn, remat)
         self._jitted = jax.jit(self.generated.entry) if jit else self.generated.entry
 
     @property

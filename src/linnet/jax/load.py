@@ -46,6 +46,7 @@ from linnet.ir.results import regroup
 from linnet.jax.dtypes import WIDE, x64_scope
 from linnet.jax.execute import SourceRunner, StableHLORunner
 from linnet.jax.parallel import ShardedRunner, TensorParallel
+from linnet.jax.remat import current_layer_remat
 from linnet.pipeline import check_program
 
 Source = CheckedProgram | str | os.PathLike[str]
@@ -244,7 +245,9 @@ class LinnetJaxFunction:
         self, input_types: Sequence[TensorType], generics: Mapping[str, object] | None = None
     ) -> Prepared:
         """The lowered, optimised and prepared entry for these input types (cached)."""
-        key = (tuple(input_types), generics_key(generics))
+        # Per-layer remat (linnet.jax.remat) only changes the generated source.
+        remat = None if self.stablehlo or self.tensor_parallel else current_layer_remat()
+        key = (tuple(input_types), generics_key(generics), remat)
         found = self._prepared.get(key)
         if found is None:
             fn = self.lower(input_types, generics)
@@ -253,7 +256,7 @@ class LinnetJaxFunction:
                 if self.tensor_parallel is not None
                 else StableHLORunner(fn, donate_state=self.donate_state, sharding=self.sharding)
                 if self.stablehlo
-                else SourceRunner(fn)
+                else SourceRunner(fn, remat=remat)
             )
             found = self._prepared[key] = Prepared(fn, run)
         self._latest = found

@@ -7,7 +7,8 @@ model (`loss_packed`, `log_probs_packed`) and the same numbers:
 - `train(model, batches, *, optimizer, ...) -> (params, History)`: one jitted
   step per optimizer step, accumulation as a `lax.scan`, global-norm
   clipping, f32 master weights, `trainable` path globs, FSDP over a
-  `jax.sharding.Mesh`, rematerialisation, checkpoints with exact resume
+  `jax.sharding.Mesh`, rematerialisation (per layer: `remat="layers"` or
+  `LayerRemat`), checkpoints with exact resume
   (`linnet.jax.train.loop`);
 - `save_checkpoint`, `load_checkpoint`, `save_weights`
   (`linnet.jax.train.checkpoint`);
@@ -23,6 +24,7 @@ needs torch installed (the `torch` extra).
 
 from __future__ import annotations
 
+from linnet.jax.remat import LayerRemat
 from linnet.jax.train.checkpoint import load_checkpoint, save_checkpoint, save_weights
 from linnet.jax.train.loop import train
 from linnet.jax.train.lora import LoraModel, add_lora, load_lora, merge_lora, save_lora
@@ -33,6 +35,7 @@ __all__ = [
     "Batch",
     "Example",
     "History",
+    "LayerRemat",
     "LoraModel",
     "Step",
     "add_lora",

@@ -28,13 +28,18 @@ mesh's first axis divides, and the micro-batches go `n` at a time, one per
 device (`n` the size of that axis): the scan runs over `[accumulate / n, n,
 P]`, `jax.vmap` over the `n` batches split across the devices. A group short
 of a multiple of `n` is padded with empty batches (weights 0: no loss, no
-gradient). `remat=True` wraps each micro-batch's loss in `jax.checkpoint`:
-the generated source of an entry is one flat function (the layers are
-unrolled by lowering, not functions of their own), so the whole forward
-pass is recomputed in the backward pass rather than each layer's. A
-`jax.checkpoint_policies` policy in place of `True` (e.g.
-`dots_with_no_batch_dims_saveable`) keeps what it names and recomputes the
-rest.
+gradient).
+
+`remat=` chooses what the backward pass recomputes rather than keeps:
+`"layers"` (or `LayerRemat(policy, prefix)`) wraps each layer of the model in
+its own `jax.checkpoint`: the loss entry's source is generated with each
+layer's ops as a nested function (`linnet.jax.remat`: lowering unrolls the
+layers, the weight paths `model.layers.<n>.` say where each starts), so only
+the layers' inputs are kept and one layer's activations are rebuilt at a
+time. `True` wraps each micro-batch's whole loss in one `jax.checkpoint` (the
+whole forward pass is recomputed); a `jax.checkpoint_policies` policy in
+place of `True` (e.g. `dots_with_no_batch_dims_saveable`) does so keeping
+what it names. Neither changes the losses or gradients.
 
 Checkpoints (`linnet.jax.train.checkpoint`): with `checkpoint=FOLDER` a run
 first restores the latest complete step saved there (trained arrays,
@@ -64,6 +69,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from linnet.errors import LinnetError
+from linnet.jax.remat import LayerRemat, remat_layers
 from linnet.jax.train.checkpoint import load_checkpoint, save_checkpoint
 from linnet.jax.train.model import Apply, Trainable, as_trainable
 from linnet.jax.train.params import (
@@ -81,6 +87,7 @@ from linnet.train.data import Batch
 from linnet.train.entries import LOSS
 from linnet.train.loop import History, Step, check_options, skip_consumed
 
+Remat = bool | str | LayerRemat | Callable[..., Any]
 FIELDS = ("tokens", "positions", "segments", "targets", "weights")
 DTYPES = (np.int32, np.int32, np.int32, np.int64, np.float32)
 
@@ -97,7 +104,7 @@ def train(
     master: str | None = "f32",
     parameters: Mapping[str, Any] | None = None,
     mesh: Any = None,
-    remat: bool | Callable[..., Any] = False,
+    remat: Remat = False,
     checkpoint: str | os.PathLike[str] | None = None,
     checkpoint_every: int | None = None,
     on_step: Callable[[Step], None] | None = None,
@@ -111,6 +118,7 @@ def train(
     batches run out; `on_step` is called with each `Step`.
     """
     check_options(steps, accumulate, clip, checkpoint, checkpoint_every)
+    layer_remat(remat)  # an unknown mode is refused before any work
     found, layout, trained = starting_point(model, parameters, trainable, master)
     frozen = dict(layout.frozen)
     opt_state = optimizer.init(trained)
@@ -183,12 +191,22 @@ def compiled_step(
     layout: Split,
     optimizer: Any,
     clip: float | None,
-    remat: bool | Callable[..., Any],
+    remat: Remat,
     mesh: Any,
     chunk: int,
 ) -> Callable[..., Any]:
     """The jitted `step(trained, opt_state, frozen, stacked, learned) -> (trained, opt_state,
     loss, grad norm)` (module docstring)."""
+    layers = layer_remat(remat)
+    if layers is not None:
+        jitted = compiled_step(loss, layout, optimizer, clip, False, mesh, chunk)
+
+        def traced_per_layer(*args: Any) -> Any:
+            # jit traces on a call: the loss entry is prepared inside, with layer remat
+            with remat_layers(layers):
+                return jitted(*args)
+
+        return traced_per_layer
 
     def part(trained: Any, frozen: Any, inputs: Sequence[Any], divisor: Any) -> Any:
         params = layout.full(trained, frozen)
@@ -219,6 +237,20 @@ def compiled_step(
         return trained, opt_state, value, norm
 
     return jax.jit(step, donate_argnums=(0, 1))
+
+
+def layer_remat(remat: Remat) -> LayerRemat | None:
+    """The per-layer remat `remat=` asks for (`"layers"` or a `LayerRemat`), or None."""
+    if isinstance(remat, LayerRemat):
+        return remat
+    if isinstance(remat, str):
+        if remat != "layers":
+            raise LinnetError(
+                f'train: remat={remat!r} is not an option; use "layers" (each layer under '
+                "jax.checkpoint), True (the whole loss) or a jax.checkpoint_policies policy"
+            )
+        return LayerRemat()
+    return None
 
 
 def update(
