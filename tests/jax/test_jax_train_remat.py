@@ -1,9 +1,9 @@
-"""Per-layer rematerialisation (`linnet.jax.remat`, `train(..., remat="layers")`).
+"""Per-layer rematerialisation (`linnet.jax.remat`, `train(..., remat=True)`).
 
 The two-layer Llama example: its `loss_packed` source generated with each
 layer under `jax.checkpoint` gives the loss and gradients of the plain source
 (1e-6), the jaxpr of its gradient holds one `checkpoint` equation per layer
-(the whole-loss `remat=True` one), and `train` steps with `remat="layers"`
+(the whole-loss `remat="loss"` one), and `train` steps with `remat=True`
 give the losses and parameters of `remat=False`.
 """
 
@@ -85,7 +85,7 @@ def test_train_with_layer_remat_equals_train_without() -> None:
     batches = small_batches(24, seed=6)[:4]
     options: dict[str, Any] = dict(optimizer=optax.adamw(1e-2), accumulate=2)
     plain, expected = train(model, batches, **options)
-    layered, history = train(model, batches, remat="layers", **options)
+    layered, history = train(model, batches, remat=True, **options)
     np.testing.assert_allclose(history.losses, expected.losses, rtol=1e-6)
     for path, value in plain.items():
         np.testing.assert_allclose(
@@ -96,7 +96,7 @@ def test_train_with_layer_remat_equals_train_without() -> None:
     found, layout, trained = starting_point(model, None, True, "f32")
     stacked, learned, _ = stack(batches[:2], 2, 1, None)
     counts = []
-    for remat in ("layers", True):
+    for remat in (True, "loss"):
         step = compiled_step(
             found.entry("loss_packed"), layout, optax.sgd(0.1), 1.0, remat, None, 1
         )

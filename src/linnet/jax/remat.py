@@ -126,7 +126,7 @@ def layer_segments(ops: Sequence[Op], spec: LayerRemat) -> list[Segment]:
         if not counts:
             raise LinnetError(
                 'remat="layers": the entry reads no weights of a layer array (paths '
-                "`NAME.<index>.…`); use remat=True to rematerialise the whole loss"
+                '`NAME.<index>.…`); use remat="loss" to rematerialise the whole loss'
             )
         prefix = max(sorted(counts), key=lambda name: len(counts[name]))
     first: dict[int, int] = {}

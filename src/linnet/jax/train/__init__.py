@@ -7,7 +7,7 @@ model (`loss_packed`, `log_probs_packed`) and the same numbers:
 - `train(model, batches, *, optimizer, ...) -> (params, History)`: one jitted
   step per optimizer step, accumulation as a `lax.scan`, global-norm
   clipping, f32 master weights, `trainable` path globs, FSDP over a
-  `jax.sharding.Mesh`, rematerialisation (per layer: `remat="layers"` or
+  `jax.sharding.Mesh`, rematerialisation (per layer: `remat=True` or
   `LayerRemat`), checkpoints with exact resume
   (`linnet.jax.train.loop`);
 - `save_checkpoint`, `load_checkpoint`, `save_weights`

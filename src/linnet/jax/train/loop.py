@@ -31,14 +31,14 @@ of a multiple of `n` is padded with empty batches (weights 0: no loss, no
 gradient).
 
 `remat=` chooses what the backward pass recomputes rather than keeps:
-`"layers"` (or `LayerRemat(policy, prefix)`) wraps each layer of the model in
+`True` (or `"layers"`, or `LayerRemat(policy, prefix)`) wraps each layer of the model in
 its own `jax.checkpoint`: the loss entry's source is generated with each
 layer's ops as a nested function (`linnet.jax.remat`: lowering unrolls the
 layers, the weight paths `model.layers.<n>.` say where each starts), so only
 the layers' inputs are kept and one layer's activations are rebuilt at a
-time. `True` wraps each micro-batch's whole loss in one `jax.checkpoint` (the
+time. `"loss"` wraps each micro-batch's whole loss in one `jax.checkpoint` (the
 whole forward pass is recomputed); a `jax.checkpoint_policies` policy in
-place of `True` (e.g. `dots_with_no_batch_dims_saveable`) does so keeping
+place of `"loss"` (e.g. `dots_with_no_batch_dims_saveable`) does so keeping
 what it names. Neither changes the losses or gradients.
 
 Checkpoints (`linnet.jax.train.checkpoint`): with `checkpoint=FOLDER` a run
@@ -240,16 +240,20 @@ def compiled_step(
 
 
 def layer_remat(remat: Remat) -> LayerRemat | None:
-    """The per-layer remat `remat=` asks for (`"layers"` or a `LayerRemat`), or None."""
+    """The per-layer remat `remat=` asks for (`True`, `"layers"` or a `LayerRemat`), or
+    None (no remat, the whole loss: `"loss"`, or a `jax.checkpoint_policies` policy)."""
     if isinstance(remat, LayerRemat):
         return remat
-    if isinstance(remat, str):
-        if remat != "layers":
-            raise LinnetError(
-                f'train: remat={remat!r} is not an option; use "layers" (each layer under '
-                "jax.checkpoint), True (the whole loss) or a jax.checkpoint_policies policy"
-            )
+    if remat is True:
         return LayerRemat()
+    if isinstance(remat, str):
+        if remat not in ("layers", "loss"):
+            raise LinnetError(
+                f'train: remat={remat!r} is not an option; use True or "layers" (each layer '
+                'under jax.checkpoint), "loss" (the whole loss) or a jax.checkpoint_policies '
+                "policy (the whole loss, keeping what it names)"
+            )
+        return LayerRemat() if remat == "layers" else None
     return None
 
 
