@@ -176,6 +176,26 @@ class ParserBase:
             help=extra.get("help", ()),
         )
 
+    def items_to_paren(
+        self, item: Callable[[], T], before: Callable[[int], None] | None = None
+    ) -> tuple[list[T], bool]:
+        """`item`s separated by `,` up to (not past) the closing `)`, and whether a comma
+        trails the last; `before(count)` runs ahead of each item (to refuse one too many)."""
+        items: list[T] = []
+        trailing = False
+        while self.texts[self.pos] != ")":
+            if before is not None:
+                before(len(items))
+            items.append(item())
+            if self.texts[self.pos] == ",":
+                self.pos += 1
+                trailing = True
+            elif self.texts[self.pos] == ")":
+                trailing = False
+            else:
+                raise self.expected("`,` or `)`")
+        return items, trailing
+
     def keyword_hint(self, words: Iterable[str]) -> tuple[str, ...]:
         """`did you mean `return`?` when the current identifier misspells one of `words`.
 

@@ -558,17 +558,7 @@ class DeclParser(ExprParser):
         """Params ::= '(' (Param (',' Param)* ','?)? ')'"""
         start_index = self.pos
         self.expect("(")
-        params: list[ast.Param] = []
-        trailing = False
-        while self.texts[self.pos] != ")":
-            params.append(self.param())
-            if self.texts[self.pos] == ",":
-                self.pos += 1
-                trailing = True
-            elif self.texts[self.pos] == ")":
-                trailing = False
-            else:
-                raise self.expected("`,` or `)`")
+        params, trailing = self.items_to_paren(self.param)
         end = self.ends[self.pos]
         self.pos += 1
         return ast.Params(tuple(params), trailing, Span(self.file, self.starts[start_index], end))
@@ -856,17 +846,7 @@ class DeclParser(ExprParser):
             )
         grid_start = self.starts[self.pos]
         self.pos += 2
-        grid: list[ast.Expr] = []
-        grid_trailing = False
-        while self.texts[self.pos] != ")":
-            grid.append(self.root_expr())
-            if self.texts[self.pos] == ",":
-                self.pos += 1
-                grid_trailing = True
-            elif self.texts[self.pos] == ")":
-                grid_trailing = False
-            else:
-                raise self.expected("`,` or `)`")
+        grid, grid_trailing = self.items_to_paren(self.root_expr)
         self.pos += 1
         grid_span = Span(self.file, grid_start, self.prev_end())
         hints: list[ast.KernelHint] = []
@@ -948,21 +928,14 @@ class DeclParser(ExprParser):
         """WriteStmt ::= WriteWord '(' Expr ',' Expr (',' Expr)? ','? ')'"""
         word_index = self.pos
         self.pos += 2
-        exprs: list[ast.Expr] = []
-        trailing = False
-        while self.texts[self.pos] != ")":
-            if len(exprs) == 3:
+
+        def at_most_three(count: int) -> None:
+            if count == 3:
                 raise self.expected(
                     "`)`", notes=("a write takes a target, a value and an optional mask",)
                 )
-            exprs.append(self.root_expr())
-            if self.texts[self.pos] == ",":
-                self.pos += 1
-                trailing = True
-            elif self.texts[self.pos] == ")":
-                trailing = False
-            else:
-                raise self.expected("`,` or `)`")
+
+        exprs, trailing = self.items_to_paren(self.root_expr, at_most_three)
         word = self.texts[word_index]
         if len(exprs) < 2:
             raise self.expected(
