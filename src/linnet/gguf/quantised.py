@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from linnet.quant import minifloat
+from linnet.quant.gptq_awq import unpack_pairs
 from linnet.records import record
 
 Array = np.ndarray[Any, Any]
@@ -100,7 +101,7 @@ def dequantized(
         result: Array = np.asarray(weight).astype(np.float32) * scale32[:, None]
         return result
     assert zero is not None
-    q = _nibbles(np.asarray(weight)).astype(np.float32)  # [Out, G, group]
+    q = unpack_pairs(np.asarray(weight)).astype(np.float32)  # [Out, G, group]
     blocks = (q - np.asarray(zero).astype(np.float32)[..., None]) * scale32[..., None]
     flat = blocks.reshape(blocks.shape[0], -1)
     if order is None:
@@ -113,7 +114,7 @@ def dequantized(
 def block_bytes(kind: str, weight: Array, scale: Array, zero: Array | None) -> Array:
     """The GGUF bytes `[Out, In / 32 * block bytes]` of a linear whose `direct` type is set."""
     if kind == "mxfp4":
-        codes = _nibbles(np.asarray(weight))  # [Out, G, 32]
+        codes = unpack_pairs(np.asarray(weight))  # [Out, G, 32]
         packed = (codes[..., :16] | (codes[..., 16:] << 4)).astype(np.uint8)
         mx = np.concatenate([np.asarray(scale)[..., None], packed], axis=-1)
         return mx.reshape(codes.shape[0], -1)
@@ -124,7 +125,7 @@ def block_bytes(kind: str, weight: Array, scale: Array, zero: Array | None) -> A
         scales = np.repeat(d[:, None], width // BLOCK, axis=1)[..., None].view(np.uint8)
         return np.concatenate([scales, rows], axis=-1).reshape(out, -1)
     assert zero is not None
-    q = _nibbles(np.asarray(weight))  # [Out, G, 32]
+    q = unpack_pairs(np.asarray(weight))  # [Out, G, 32]
     packed = (q[..., : BLOCK // 2] | (q[..., BLOCK // 2 :] << 4)).astype(np.uint8)
     parts = [d[..., None].view(np.uint8)]
     zeros = np.asarray(zero)
@@ -132,9 +133,3 @@ def block_bytes(kind: str, weight: Array, scale: Array, zero: Array | None) -> A
         low = -(zeros.astype(np.float32) * np.asarray(scale).astype(np.float32))
         parts.append(low.astype(np.float16)[..., None].view(np.uint8))
     return np.concatenate([*parts, packed], axis=-1).reshape(q.shape[0], -1)
-
-
-def _nibbles(packed: Array) -> Array:
-    """u8 `[..., H]` -> `[..., 2H]`: byte `k` gives elements `2k` (low) and `2k + 1` (high)."""
-    pairs: Array = np.stack([packed & 15, packed >> 4], axis=-1)
-    return pairs.reshape(*packed.shape[:-1], packed.shape[-1] * 2)

@@ -11,7 +11,9 @@ The family (llama, qwen2, qwen3, phi3, gpt2) is recognised from the parameter
 paths, the generics and which optional tensors the weights hold
 (`linnet.hf.families`); a model of none of them is refused with each family's
 reasons. Tensors are written one at a time from the (memory-mapped) checkpoint,
-never all in memory, and every file goes through `linnet.atomic`; a tensor stored
+never all in memory, and every file goes through `linnet.atomic`; a model whose
+linears are `std.quant`'s `Int4GroupLinear` is written in the GPTQ format with
+its `quantization_config` (`linnet.hf.gptq`); a tensor stored
 as it is written (same dtype, same bytes) is copied file to file by the kernel
 (`save_safetensors_streamed`), so an export costs about a file copy.
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ import numpy as np
 from linnet.atomic import atomic_write, write_bytes
 from linnet.errors import LinnetError
 from linnet.hf.families import LONGROPE_PATH, Family, longrope_config, recognise
+from linnet.hf.gptq import Spec, plan_weights
 from linnet.records import record
 
 MAX_SHARD_BYTES = 5_000_000_000  # transformers' default `max_shard_size="5GB"`
@@ -89,16 +92,20 @@ def export(
     tokens = special_token_ids(tokenizer)
     folder = Path(output)
     folder.mkdir(parents=True, exist_ok=True)
+    dtype = str(values.get("T", "f32"))
+    plan = plan_weights(family.name, bound.arrays, names, dtype)
     config = {**family.config(values, tied, set(bound.arrays)), **tokens}
+    if plan.quantization is not None:
+        config["quantization_config"] = plan.quantization
     factors = bound.arrays.get(LONGROPE_PATH)
     if factors is not None:  # phi3's longrope: lists in config.json, not a tensor
         config.update(longrope_config(values, np.asarray(factors)))
     _write_json(folder / "config.json", config)
     _write_json(folder / "generation_config.json", {"_from_model_config": True, **tokens})
-    files = _write_weights(folder, names, bound.arrays, max_shard_bytes)
+    files = _write_weights(folder, plan.specs, plan.load, max_shard_bytes)
     if tokenizer is not None:
         _copy_tokenizer(Path(tokenizer), folder)
-    return Exported(folder, family.name, tuple(files), tied, len(names))
+    return Exported(folder, family.name, tuple(files), tied, len(plan.specs))
 
 
 @record(frozen=True)
@@ -170,17 +177,16 @@ def _write_json(path: Path, value: object) -> None:
 
 
 def _write_weights(
-    folder: Path, names: list[str], arrays: Mapping[str, np.ndarray], max_shard_bytes: int
+    folder: Path, specs: list[Spec], load: Callable[[str], np.ndarray], max_shard_bytes: int
 ) -> list[str]:
     """One file, or shards of at most `max_shard_bytes` each (a bigger tensor alone) and an index."""
-    from linnet.weights.safetensors import linnet_dtype_of, save_safetensors_streamed
+    from linnet.weights.safetensors import NUMPY_DTYPES, save_safetensors_streamed
 
-    specs = [(n, linnet_dtype_of(arrays[n]), tuple(arrays[n].shape)) for n in names]
-    shards: list[list[tuple[str, str, tuple[int, ...]]]] = [[]]
+    shards: list[list[Spec]] = [[]]
     size = 0
     total = 0
     for spec in specs:
-        nbytes = int(arrays[spec[0]].nbytes)
+        nbytes = int(np.prod(spec[2], dtype=np.int64)) * NUMPY_DTYPES[spec[1]].itemsize
         if shards[-1] and size + nbytes > max_shard_bytes:
             shards.append([])
             size = 0
@@ -194,7 +200,7 @@ def _write_weights(
         files = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     _remove_stale(folder, set(files))
     for file, shard in zip(files, shards, strict=True):
-        save_safetensors_streamed(folder / file, shard, lambda n: arrays[n], metadata)
+        save_safetensors_streamed(folder / file, shard, load, metadata)
     if len(files) > 1:
         weight_map = {
             name: file for file, shard in zip(files, shards, strict=True) for name, *_ in shard

@@ -111,3 +111,56 @@ def awq_linear(qweight: Array, qzeros: Array, scales: Array) -> dict[str, Array]
         "scale": np.ascontiguousarray(scales.T),
         "zero": np.ascontiguousarray(zero).astype(np.uint8),
     }
+
+
+def pack_words(values: Array) -> Array:
+    """u8 `[..., 8W]` (values 0..15) -> i32 `[..., W]`: value `8c + j` at bits `4j` of word
+    `c` (the inverse of `nibbles`)."""
+    v = np.ascontiguousarray(values).astype(np.uint8)
+    pairs = (v[..., 0::2] | (v[..., 1::2] << 4)).astype(np.uint8)  # [..., 4W], little-endian
+    words: Array = pairs.view("<i4").astype(np.int32)
+    return words
+
+
+def gptq_words(
+    weight: Array, scale: Array, zero: Array, order: Array | None, *, v1: bool
+) -> dict[str, Array]:
+    """One `Int4GroupLinear` (`weight` u8 `[Out, G, group/2]`, `scale` `[Out, G]`, `zero` u8
+    `[Out, G]`, optional `order` i32 `[In]`) as GPTQ stores it: `qweight` i32 `[In/8, Out]`,
+    `qzeros` i32 `[G, ceil(Out/8)]` (the zero point minus one in `v1`), `scales` `[G, Out]`
+    (the scale dtype kept) and `g_idx` i32 `[In]`, the inverse of `gptq_linear`. The
+    integers move; nothing is rounded. A `v1` zero point of 0 has no stored form (a
+    LinnetError: write `gptq_v2`)."""
+    out, groups, half = weight.shape
+    group, width = 2 * half, groups * 2 * half
+    q = unpack_pairs(weight).reshape(out, width)  # packed element k of each row
+    g_idx = np.arange(width, dtype=np.int32) // group
+    if order is not None:
+        permutation = np.asarray(order).astype(np.int64)
+        columns = np.empty_like(q)
+        columns[:, permutation] = q  # packed element k is input order[k]
+        q = columns
+        g_idx = np.empty(width, np.int32)
+        g_idx[permutation] = np.arange(width, dtype=np.int32) // group
+    stored = np.asarray(zero).astype(np.int32).T  # [G, Out]
+    if v1:
+        if (stored == 0).any():
+            raise LinnetError(
+                "a zero point of 0 has no `gptq` (v1) form (it stores the zero point minus one)"
+            )
+        stored = stored - 1
+    padded = np.zeros((groups, -(-out // 8) * 8), np.uint8)
+    padded[:, :out] = stored
+    return {
+        "qweight": np.ascontiguousarray(pack_words(q).T),
+        "qzeros": pack_words(padded),
+        "scales": np.ascontiguousarray(np.asarray(scale).T),
+        "g_idx": g_idx,
+    }
+
+
+def unpack_pairs(packed: Array) -> Array:
+    """u8 `[..., H]` -> `[..., 2H]`: byte `k` gives elements `2k` (low) and `2k + 1` (high)."""
+    b = np.asarray(packed)
+    pairs: Array = np.stack([b & 15, b >> 4], axis=-1)
+    return pairs.reshape(*b.shape[:-1], b.shape[-1] * 2)
