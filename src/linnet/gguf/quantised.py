@@ -112,12 +112,14 @@ def dequantized(
 
 
 def block_bytes(kind: str, weight: Array, scale: Array, zero: Array | None) -> Array:
-    """The GGUF bytes `[Out, In / 32 * block bytes]` of a linear whose `direct` type is set."""
+    """The GGUF bytes `[Out, In / 32 * block bytes]` of a linear whose `direct` type is set
+    (MXFP4 blocks may have leading axes, as experts do: `[..., Out, G, 16]` ->
+    `[..., Out, G * 17]`)."""
     if kind == "mxfp4":
-        codes = unpack_pairs(np.asarray(weight))  # [Out, G, 32]
+        codes = unpack_pairs(np.asarray(weight))  # [..., Out, G, 32]
         packed = (codes[..., :16] | (codes[..., 16:] << 4)).astype(np.uint8)
         mx = np.concatenate([np.asarray(scale)[..., None], packed], axis=-1)
-        return mx.reshape(codes.shape[0], -1)
+        return mx.reshape(*codes.shape[:-2], -1)
     d = np.asarray(scale).astype(np.float32).astype(np.float16)
     if kind == "int8":
         out, width = weight.shape
