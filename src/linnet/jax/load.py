@@ -115,8 +115,11 @@ class LinnetJaxFunction:
         donate_state: bool = False,
         sharding: Callable[[str | None, TensorType], Any] | None = None,
         tensor_parallel: TensorParallel | None = None,
+        rewrite: Callable[[Function], Function] | None = None,
     ) -> None:
         self.program = program
+        # applied to each lowered, optimised function (JaxModel: dequantise once)
+        self.rewrite = rewrite
         self.signature = signature
         self.name = signature.name
         self.model = model
@@ -273,7 +276,12 @@ class LinnetJaxFunction:
             )
         else:
             fn = lower(self.model, self.name, input_types, self.present, generics=generics)
-        return optimize(fn)
+        fn = optimize(fn)
+        if self.rewrite is None:
+            return fn
+        from linnet.ir.passes.dce import eliminate_dead_code
+
+        return eliminate_dead_code(self.rewrite(fn))[0]
 
     def _for(self, input_types: Sequence[TensorType] | None) -> Prepared:
         prepared = self.prepare(input_types) if input_types is not None else self._latest

@@ -16,6 +16,8 @@ Stage: the JAX backend's runtime object for serving (architecture.md
   call (read `model.state` again after a call, do not keep old references);
 - `run_entry(name, inputs)`, `model(*inputs)` for the default entry,
   `state` (path -> device array), `reset_state()`;
+- `std.quant` linears read their weights dequantised once at load
+  (`linnet.jax.dequantize`; `dequantize=False` decodes them on every call);
 - `mesh=` shards the weights and caches over several devices and lets XLA's
   partitioner split each entry (`mesh_sharding`); `tensor_parallel=mesh` splits a
   model with a `Shards` generic under `jax.shard_map` instead (`linnet.jax.parallel`).
@@ -32,7 +34,8 @@ import numpy as np
 
 from linnet.errors import LinnetError
 from linnet.ir.bind import BoundModel
-from linnet.ir.core import TensorType, numpy_dtype
+from linnet.ir.core import Function, TensorType, numpy_dtype
+from linnet.jax.dequantize import Derived, dequantize_once
 from linnet.jax.dtypes import WIDE, x64_scope
 from linnet.jax.load import (
     LinnetJaxFunction,
@@ -56,6 +59,8 @@ class JaxModel:
         arrays: Mapping[str, np.ndarray[Any, Any]],
         mesh: Any = None,
         tensor_parallel: TensorParallel | None = None,
+        *,
+        dequantize: bool = True,
     ) -> None:
         self.model = model
         self.present = frozenset(arrays)
@@ -72,6 +77,8 @@ class JaxModel:
             else mesh_sharding(mesh, model, self.present)
         )
         self.parameters = device_parameters(self.layout, arrays, self.sharding)
+        # std.quant weights dequantised once (linnet.jax.dequantize), by derived path
+        self.derived: dict[str, Derived] = {}
         module = model.program.graph.roots[0]
         self._entries = {
             name: LinnetJaxFunction(
@@ -84,11 +91,26 @@ class JaxModel:
                 donate_state=True,
                 sharding=self.sharding,
                 tensor_parallel=tensor_parallel,
+                rewrite=self._dequantize_once if dequantize and tensor_parallel is None else None,
             )
             for name, signature in model.entries.items()
         }
         self._state: dict[str, Any] = {}
         self.reset_state()
+
+    def _dequantize_once(self, fn: Function) -> Function:
+        """`fn` reading std.quant weights dequantised (computed here the first time)."""
+        fn, derived = dequantize_once(fn, frozenset(self.layout.tensors))
+        for path, item in derived.items():
+            if path not in self.derived:
+                self.derived[path] = item
+                self._place_derived(path)
+        return fn
+
+    def _place_derived(self, path: str) -> None:
+        item = self.derived[path]
+        where = None if self.sharding is None else self.sharding(None, item.type)
+        self.parameters[path] = device_array(item.compute(self.parameters), item.type.dtype, where)
 
     @property
     def entries(self) -> list[str]:
@@ -144,6 +166,9 @@ class JaxModel:
                 if current is old and other not in placed:
                     self.parameters[other] = value
             self.parameters[path] = value
+        for derived, item in self.derived.items():  # dequantised again from the new values
+            if any(source in placed for source in item.sources):
+                self._place_derived(derived)
 
     def default_entry(self) -> str:
         """`forward`, or the only entry (11.1)."""
@@ -229,6 +254,7 @@ def load_model(
     cast_dtype: bool = False,
     mesh: Any = None,
     tensor_parallel: Any = None,
+    dequantize: bool = True,
 ) -> JaxModel:
     """Every entry of the root block on XLA, over one copy of the weights (see `JaxModel`).
 
@@ -238,6 +264,9 @@ def load_model(
     `tensor_parallel=mesh` instead splits a model with a `Shards` generic over the
     one-axis mesh, each entry's generated source under `jax.shard_map`
     (`linnet.jax.parallel`; `weights` is the whole one-shard checkpoint).
+    `dequantize` (default) holds each `std.quant` linear's weight dequantised
+    once, beside the packed one (`linnet.jax.dequantize`); `dequantize=False`
+    keeps only the packed weights and decodes them on every call (the std bodies).
     """
     from linnet.ir.bind import bind
     from linnet.ir.parallel import warn_unsharded
@@ -258,4 +287,4 @@ def load_model(
     warn_unsharded(dict(generics or {}), UNSHARDED_HOW, stacklevel=2)
     model = bind(program, root=root, generics=generics)
     arrays = bind_weights(model, weights, bindings=bindings, cast_dtype=cast_dtype)
-    return JaxModel(model, arrays, mesh)
+    return JaxModel(model, arrays, mesh, dequantize=dequantize)
