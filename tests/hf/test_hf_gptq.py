@@ -210,8 +210,8 @@ def test_transformers_loads_the_exported_folder(tmp_path: Path, kind: str) -> No
         pytest.skip("gptqmodel and optimum are not importable (transformers' GPTQ loader)")
     from linnet.gguf.quantised import dequantized
 
-    if kind == "rtn":
-        source, checkpoint, floats = quantised_model(tmp_path, lm_head=False)
+    if kind == "rtn":  # lm_head quantised too: written dequantised, a float linear there
+        source, checkpoint, floats = quantised_model(tmp_path, lm_head=True)
     else:
         write_folder(tmp_path / "in", kind, seed=5)
         checkpoint = tmp_path / "ours.safetensors"
@@ -229,6 +229,10 @@ def test_transformers_loads_the_exported_folder(tmp_path: Path, kind: str) -> No
         parts = [ours.get(f"{prefix}.{r}") for r in ("weight", "scale", "zero", "order")]
         mine = dequantized("int4_groups", *parts)
         np.testing.assert_array_equal(theirs, mine.astype(module.dequantize_weight().numpy().dtype))
+    if kind == "rtn":
+        head = [ours[f"lm_head.{r}"] for r in ("weight", "scale", "zero")]
+        exact = dequantized("int4_groups", *head, None)
+        np.testing.assert_array_equal(model.lm_head.weight.detach().numpy(), exact)
     tokens = np.random.default_rng(4).integers(0, 64, (1, 9)).astype(np.int32)
     module = linnet.torch.load(source, generics=GENERICS, weights=checkpoint)
     with torch.no_grad():
