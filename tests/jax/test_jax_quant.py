@@ -104,3 +104,53 @@ def test_bench_smoke() -> None:
     ).stdout  # fmt: skip
     rows = [line.split()[:2] for line in out.splitlines() if line.startswith(("int", "f32"))]
     assert rows[0] == ["f32", "f32"] and len(rows) == 5
+
+
+FOUR_KINDS = """module t
+
+use std.quant::{Fp8Linear, Int4GroupLinear, Int8Linear, Mxfp4Linear}
+
+pub block Model<T: Float> {
+    sub four: Int4GroupLinear<64, 8, 32, T>
+    sub eight: Int8Linear<64, 8, T>
+    sub fp8: Fp8Linear<64, 8, T>
+    sub mx: Mxfp4Linear<64, 8, T>
+
+    pub entry forward<B: Dim>(x: Tensor[B, 64; T])
+        -> (Tensor[B, 8; T], Tensor[B, 8; T], Tensor[B, 8; T], Tensor[B, 8; T]) {
+        return (four.forward(x), eight.forward(x), fp8.forward(x), mx.forward(x))
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_dequantised_weights_are_the_std_bodies_bit_for_bit(dtype: str) -> None:
+    """With one-hot inputs each result row is one weight column (a single product, exact), so
+    the weights `load_model` derives once must equal, bit for bit, what the std bodies
+    decode per call (f32 arithmetic, then the cast to a narrow `T`)."""
+    from linnet.ir.core import numpy_dtype
+    from linnet.quant import int4_groups, int8_rows
+    from linnet.quant.minifloat import fp8_rows, mxfp4_blocks
+
+    rng = np.random.default_rng(6)
+    kind = numpy_dtype(dtype)
+    packed, scale, zero = int4_groups(rng.normal(0, 0.3, (8, 64)).astype(np.float32), 32)
+    q8, s8 = int8_rows(rng.normal(0, 0.3, (8, 64)).astype(np.float32))
+    f8, fs = fp8_rows(rng.normal(0, 0.3, (8, 64)).astype(np.float32))
+    blocks, scales = mxfp4_blocks(rng.normal(0, 0.3, (8, 64)).astype(np.float32))
+    weights = {
+        "four.weight": packed, "four.scale": scale.astype(kind), "four.zero": zero,
+        "eight.weight": q8, "eight.scale": s8, "fp8.weight": f8, "fp8.scale": fs * np.float32(1.37),
+        "mx.weight": blocks, "mx.scale": scales,
+    }  # fmt: skip
+    generics = {"T": dtype}
+    x = np.eye(64, dtype=np.float32).astype(kind)
+    model = lj.load_model(FOUR_KINDS, generics=generics, weights=weights)
+    got = [np.asarray(r) for r in model(x)]
+    assert len(model.derived) == 4
+    body = lj.load_source(FOUR_KINDS, generics=generics, weights=weights)
+    expected = [np.asarray(r) for r in body(x)]
+    for a, b in zip(got, expected, strict=True):
+        assert a.dtype == b.dtype == kind
+        np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
