@@ -118,9 +118,10 @@ def note(kind: str, operator: str, left: object, right: object, result: object, 
     log = _LOG.get()
     if log is None or isinstance(left, bool) or isinstance(right, bool):
         return
-    if type(left) is int and type(right) is int:
+    if isinstance(left, int) and isinstance(right, int):  # plain, or traced (`ir.traced`)
         assert isinstance(result, int)
-        log.append(Decision(kind, operator, left, right, int(result), where))
+        folded = int(result) if isinstance(result, bool) else result
+        log.append(Decision(kind, operator, left, right, folded, where))
     elif kind in COMPARISONS and isinstance(left, int | float) and isinstance(right, int | float):
         opaque = repr((left, right)).encode()
         log.append(Decision("opaque", operator, 0, 0, 0, where, opaque))
