@@ -36,6 +36,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     import linnet.ir.dynamic as dynamic
+    import linnet.ir.dynamic_traced as traced
     import linnet.onnx.export.api as api
     import linnet.pipeline as pipeline
 
@@ -55,6 +56,7 @@ def main() -> None:
     pipeline.lower = timed("lower", pipeline.lower)  # type: ignore[assignment]
     pipeline.optimize = timed("optimize", pipeline.optimize)  # type: ignore[assignment]
     dynamic._Matcher.run = timed("match", dynamic._Matcher.run)  # type: ignore[method-assign]
+    traced._Matcher.run = timed("match", traced._Matcher.run)  # type: ignore[method-assign]
     api.export_ir = timed("export_ir", api.export_ir)  # type: ignore[assignment]
 
     program = pipeline.check_program(SOURCE)

@@ -105,6 +105,8 @@ class DynamicShapes:
     runtime_where: list[RuntimeWhere] = field(default_factory=list)
     results: tuple[Value, ...] = ()
     guards: list[SizeGuard] = field(default_factory=list)
+    method: str = "sampled"
+    declined: str = ""
 
     def shape(self, value: Value) -> tuple[Dim, ...]:
         return self.shapes.get(value, value.type.shape)
@@ -128,8 +130,24 @@ def lower_dynamic(
     that each generic's samples fit with the others at their first value.
     LinnetError when the graphs differ or a size is no polynomial.
     """
+    from linnet.ir.dynamic_traced import lower_traced
+
     order = tuple(names)
     samples = _choose_samples(order, fits)
+    with _collector_paused():
+        traced = lower_traced(lower_at, order, samples, fits)
+    if not isinstance(traced, str):
+        fn, dims = traced
+        return fn, _finished(fn, dims)
+    fn, dims = _lower_sampled(lower_at, order, samples)
+    dims.declined = traced
+    return fn, dims
+
+
+def _lower_sampled(
+    lower_at: Lower, order: tuple[str, ...], samples: dict[str, list[int]]
+) -> tuple[Function, DynamicShapes]:
+    """The sampler: lowerings at a grid of sizes, every varying integer fitted."""
     check = {n: samples[n][POINTS - 1] for n in order}
     lowered: dict[tuple[int, ...], tuple[Function, tuple[Decision, ...]]] = {}
 
@@ -166,10 +184,14 @@ def lower_dynamic(
                 dims = attempt(POINTS - 1)  # degree 2 in each generic
     dims.samples = {n: tuple(samples[n]) for n in order}
     fn = lowered[tuple(samples[n][0] for n in order)][0]
+    return fn, _finished(fn, dims)
+
+
+def _finished(fn: Function, dims: DynamicShapes) -> DynamicShapes:
     dims.runtime_where = [_guard_clause(g) for g in dims.guards]
     dims.sources = _sources(fn, dims)
     dims.results = fn.results
-    return fn, dims
+    return dims
 
 
 def _guard_clause(guard: SizeGuard) -> RuntimeWhere:
