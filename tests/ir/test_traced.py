@@ -19,6 +19,7 @@ import pytest
 from linnet.errors import LinnetError
 from linnet.ir.core import Builder, Function, TensorType
 from linnet.ir.dynamic import lower_dynamic
+from linnet.ir.size_decisions import note, recording
 from linnet.ir.symbolic import Poly, parse_poly
 from linnet.ir.traced import Traced, dim_of, tracing
 
@@ -71,7 +72,22 @@ def test_what_no_polynomial_describes_is_plain_and_noted_lost(op: Callable[[int]
     with tracing() as state:
         value = op(_traced("S", 5))
     assert type(value) is not Traced
-    assert state.lost is not None
+    assert state.first_loss() is not None
+
+
+def test_a_floor_division_a_noted_decision_guards_keeps_the_path() -> None:
+    """`S / 4` noted as a decision becomes the guard `4 <= S < 8`: no trace is lost."""
+    with tracing() as state, recording() as log:
+        s = _traced("S", 5)
+        quotient = s // 4
+        again = s // 4  # the same value computed twice (a type and its expression)
+        note("floor", "/", s, 4, quotient, "here")
+    assert quotient == again == 1
+    assert state.first_loss() is None
+    assert [d.kind for d in log] == ["floor"]
+    with tracing() as state:
+        _traced("S", 5) // 4  # noted nowhere: lost
+    assert state.first_loss() == "`5 // 4`"
 
 
 def test_constants_keep_the_traces_of_the_ints_they_were_made_of() -> None:

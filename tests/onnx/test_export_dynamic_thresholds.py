@@ -224,7 +224,8 @@ def test_two_generics_take_two_lowerings_traced_and_the_sampler_when_a_trace_is_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Sums and products of sizes are traced (`linnet.ir.traced`): one lowering traced, one
-    to check it. `N / 4` loses the trace: the sampler then lowers at its grid as before."""
+    to check it; so is `N / 4`, guarded where its value holds. `N % 8` is `N` at both
+    lowerings, which no trace says: the sampler then lowers at its grid as before."""
     import linnet.pipeline
 
     calls: list[object] = []
@@ -251,9 +252,19 @@ def test_two_generics_take_two_lowerings_traced_and_the_sampler_when_a_trace_is_
         np.testing.assert_array_equal(y, x.reshape(-1))
     calls.clear()
     floor = f"{head} -> Tensor[N, M; f32] {{\n    return x * cast<f32>(N / 4)\n}}"
-    with pytest.raises(LinnetError, match=r"no polynomial|goes different ways"):
-        export_function(floor, "f", generics={}, dynamic=["N", "M"])
-    assert len(calls) > 2  # the traced lowering, then the sampler's own
+    exported = export_function(floor, "f", generics={}, dynamic=["N", "M"])
+    assert len(calls) == 2  # `N / 4` is 1 at both lowerings: guarded, 4 <= N < 8
+    session = ExportedSession(exported)
+    (y,) = session.run({"x": np.ones((7, 2), np.float32)})
+    np.testing.assert_array_equal(y, np.ones((7, 2), np.float32))
+    with pytest.raises(LinnetError, match="N / 4"):
+        session.run({"x": np.ones((8, 2), np.float32)})
+    calls.clear()
+    remainder = f"{head} -> Tensor[N, M; f32] {{\n    return x * cast<f32>(N % 8)\n}}"
+    exported = export_function(remainder, "f", generics={}, dynamic=["N", "M"])
+    assert len(calls) > 2  # `N % 8` is N there: no trace says so, the sampler fits it
+    (y,) = ExportedSession(exported).run({"x": np.ones((3, 2), np.float32)})
+    np.testing.assert_array_equal(y, np.full((3, 2), 3.0, np.float32))
 
 
 def test_importing_a_guarded_export_states_the_guard(tmp_path: Path) -> None:

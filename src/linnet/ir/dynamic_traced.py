@@ -31,6 +31,7 @@ is chosen of the other parity and far from the first so that common forms
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 
@@ -69,8 +70,9 @@ def lower_traced(
     try:
         with tracing() as state, recording() as log:
             fn = lower_at(values)
-        if state.lost is not None:
-            return f"the trace was lost at {state.lost}"
+        lost = state.first_loss()
+        if lost is not None:
+            return f"the trace was lost at {lost}"
         with recording() as check_log:
             checked = lower_at(check)
         matcher = _Matcher(names, check, state)
@@ -92,17 +94,23 @@ def _check_point(
     fits: Callable[[Mapping[str, int]], bool],
 ) -> dict[str, int] | None:
     """One later sample per generic, every generic moved at once: of the other parity
-    than its first sample where one is, and fitting the `where` clauses together."""
+    than its first sample where one is, else the farthest, and fitting the `where`
+    clauses together."""
     options: list[list[int]] = []
     for name in order:
         first, *rest = samples[name]
-        other = [v for v in rest if v % 2 != first % 2]
-        options.append([*other, *(v for v in rest if v not in other)])
+        # the other parity first, then the farthest: more of what a lost trace computes
+        # (`S // 4`, `S % 2`) differs there
+        options.append(sorted(rest, key=functools.partial(_rank, first)))
     for values in itertools.islice(itertools.product(*options), 64):
         point = dict(zip(order, values, strict=True))
         if fits(point):
             return point
     return None
+
+
+def _rank(first: int, value: int) -> tuple[bool, int]:
+    return value % 2 == first % 2, -abs(value - first)
 
 
 class _Matcher:

@@ -33,7 +33,7 @@ polynomials.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -52,10 +52,18 @@ class Tracing:
 
     lost: str | None = None
     consts: dict[int, tuple[np.ndarray[Any, Any], tuple[Dim, ...]]] = field(default_factory=dict)
+    pending: dict[tuple[object, ...], str] = field(default_factory=dict)
 
     def lose(self, what: str) -> None:
         if self.lost is None:
             self.lost = what
+
+    def first_loss(self) -> str | None:
+        """What lost a trace first: an operation, or a floor division or remainder that
+        no noted decision guards (`size_decisions.note` settles those it records)."""
+        if self.lost is not None:
+            return self.lost
+        return next(iter(self.pending.values()), None)
 
     def const_dims(self, array: np.ndarray[Any, Any]) -> tuple[Dim, ...] | None:
         """The traced elements of a constant made from traced ints (None: not one)."""
@@ -86,6 +94,23 @@ def _lose(what: str) -> None:
     state = _ACTIVE.get()
     if state is not None:
         state.lose(what)
+
+
+def _inexact(kind: str, left: Traced, right: int, result: int, what: str) -> None:
+    """A floor division or remainder of a size by a constant that no polynomial gives:
+    its value holds between two thresholds, which a noted decision turns into a guard
+    (`settle`); left unnoted, the trace is lost."""
+    state = _ACTIVE.get()
+    if state is not None:
+        state.pending.setdefault((kind, left.poly, right, result), what)
+
+
+def settle(kind: str, left: object, right: object, result: object) -> None:
+    """A floor division or remainder noted as a decision (`size_decisions.note`): every
+    computation of the same value is guarded by it."""
+    state = _ACTIVE.get()
+    if state is not None and state.pending and type(left) is Traced:
+        state.pending.pop((kind, left.poly, right, result), None)
 
 
 def dim_of(x: object) -> Dim:
@@ -128,6 +153,61 @@ def untraced(value: object) -> object:
     if isinstance(value, list | tuple) and _ACTIVE.get() is not None:
         return [untraced(v) for v in value]
     return value
+
+
+def folded_operands(operands: Sequence[np.ndarray[Any, Any]]) -> list[int | None] | None:
+    """The traced value of each scalar constant operand of an op the constant folder is
+    about to evaluate (None where there is none; None altogether when nothing is traced)."""
+    state = _ACTIVE.get()
+    if state is None:
+        return None
+    found: list[int | None] = []
+    for array in operands:
+        dims = state.const_dims(array)
+        if dims is not None and len(dims) == 1 and isinstance(dims[0], Poly):
+            found.append(Traced(int(array.reshape(-1)[0].item()), dims[0]))
+        else:
+            found.append(None)
+    return found if any(t is not None for t in found) else None
+
+
+_FOLDED_ARITHMETIC: dict[str, Callable[..., Any]] = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "min": min,  # the side taken is a decision, noted with these operands
+    "max": max,
+    "neg": lambda a: -a,
+    "cast": lambda a: a,
+}
+
+
+def keep_folded(
+    kind: str,
+    traces: Sequence[int | None],
+    operands: Sequence[np.ndarray[Any, Any]],
+    result: np.ndarray[Any, Any],
+) -> None:
+    """Keep the trace of a scalar the folder computed from traced scalars by ring
+    arithmetic, a cast or `min`/`max` (`N - 1` of a runtime `cast<i32>(N)`)."""
+    state = _ACTIVE.get()
+    rule = _FOLDED_ARITHMETIC.get(kind)
+    if state is None or rule is None or result.size != 1 or len(traces) != len(operands):
+        return
+    values: list[int] = []
+    for trace, array in zip(traces, operands, strict=True):
+        if trace is not None:
+            values.append(trace)
+            continue
+        if array.size != 1:
+            return
+        item = array.reshape(-1)[0].item()
+        if not isinstance(item, int) or isinstance(item, bool):
+            return
+        values.append(item)
+    made = rule(*values)
+    if type(made) is Traced and made == result.reshape(-1)[0].item():
+        state.consts[id(result)] = (result, (made.poly,))
 
 
 def _flat(value: object) -> list[object] | None:
@@ -218,8 +298,11 @@ class Traced(int):
 
     def __floordiv__(self, other: object) -> Any:
         value = int.__floordiv__(self, other)  # type: ignore[operator]
-        if type(other) is int and other > 0 and _divides(other, self.poly):
-            return make(value, _divided(self.poly, other))
+        if type(other) is int and other > 0:
+            if _divides(other, self.poly):
+                return make(value, _divided(self.poly, other))
+            _inexact("floor", self, other, value, f"`{self} // {other}`")
+            return _plain(value)
         _lose(f"`{self} // {other}`")
         return _plain(value)
 
@@ -229,8 +312,11 @@ class Traced(int):
 
     def __mod__(self, other: object) -> Any:
         value = int.__mod__(self, other)  # type: ignore[operator]
-        if type(other) is int and other > 0 and _divides(other, self.poly - value):
-            return int(value)  # the same remainder at every size
+        if type(other) is int and other > 0:
+            if _divides(other, self.poly - value):
+                return _plain(value)  # the same remainder at every size
+            _inexact("mod", self, other, value, f"`{self} % {other}`")
+            return _plain(value)
         _lose(f"`{self} % {other}`")
         return _plain(value)
 
