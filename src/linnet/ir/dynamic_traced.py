@@ -5,28 +5,32 @@ Stage: `linnet.ir.dynamic.lower_dynamic` tries this first. The entry is lowered
 int at its first sample size: every size computed from them carries its
 polynomial, so the `DynamicShapes` table is read off that one graph instead of
 being fitted across lowerings. Then the entry is lowered once more, plainly, at
-a check point where every dynamic generic has moved (to a value of the other
-parity, distinct from every other sample), and the two graphs are walked in
+a check point where every dynamic generic has moved (see below), and the two graphs are walked in
 step: the same ops, kinds, dtypes and non-integer attributes; every traced
 integer must be its polynomial at the check point, every plain integer the same
 there. That second lowering is the safety net for what the trace cannot follow
-(NumPy arithmetic, `range()`, a dict key: a size turned into a plain int): such
-an int changes between the two lowerings and is caught.
+(`range()`, `operator.index`, a string, a dict key: a size turned into a plain
+int without a hook): such an int changes between the two lowerings and is caught.
 
 Decisions on sizes (`linnet.ir.size_decisions`) are compared the same way:
 the two logs must take the same decisions with the same outcomes, their
 operands traced (or the same at both points), and become the guards as the
 sampler makes them (`checked_guards` with the traces as the fit).
 
-Anything this path cannot vouch for (a trace lost to `//` by a non-divisor, a
-varying size without a trace, a constant whose values vary untraced, graphs
-that differ, a decision without a trace) makes `lower_traced` return None with
-the reason, and `lower_dynamic` falls back to the sampler, which either fits it
-from more lowerings or refuses it with its own message. So this path never
-accepts what the sampler would refuse, short of a size that agrees at both
-points while the trace was lost (a plain `x % 7` at 5 and 12): the check point
-is chosen of the other parity and far from the first so that common forms
-(`S // 2`, `min(S, 8)`, `S % 2`) differ.
+Anything this path cannot vouch for (a trace lost, `x / S` or an unguarded
+`S // 4`; a varying size without a trace, a constant whose values vary
+untraced, graphs that differ, a decision without a trace) makes `lower_traced`
+return the reason instead, and `lower_dynamic` falls back to the sampler, which either fits it
+from more lowerings or refuses it with its own message.
+
+What it accepts is right at every size its guards allow, short of a size that
+loses its trace where no hook sees it and still agrees at both lowerings (a
+NumPy `s // 8` at 5 and 6): the check point is a later sample of the sampler's,
+of the other parity and far from the first where the samples allow, so that the
+common forms (`S // 2`, `S % 2`, `S - 1`) differ. The sampler has the same blind
+spot over its 3 to 5 samples. A decision both lowerings take the same way is
+guarded where the sampler, whose samples may straddle its threshold, refused it
+(`N / 4` with samples 5 and 6: the guard `4 <= N < 8`).
 """
 
 from __future__ import annotations

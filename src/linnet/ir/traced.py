@@ -14,14 +14,19 @@ lowering computes in Python.
 
 What the trace cannot follow is noted or caught, never trusted:
 
-- an operation whose result is no polynomial (a floor division or remainder that
-  is not exact for every size, `/`, bitwise ops, `float()`, `int()`) returns a plain
-  value and marks the trace `lost` (`Tracing.lost` names the first such operation);
+- an operation whose result is no polynomial (`/`, bitwise ops, a division by a
+  size, `float()`, `int()`) returns a plain value and marks the trace `lost`
+  (`Tracing.lost` names the first such operation);
+- a floor division or remainder by a constant that is not exact for every size
+  (`S // 4`) returns the plain value, which holds between two thresholds: a
+  decision `linnet.ir.size_decisions` notes on it becomes the guard that says
+  so (`settle`); one noted nowhere counts as lost (`Tracing.first_loss`);
 - comparisons, `min`/`max` and `bool` are the int's own: the decisions that matter
   for a graph are noted by `linnet.ir.size_decisions` where the lowering folds them;
 - NumPy, `range()`, `operator.index` and string formatting drop the trace without
   a hook. `Builder.const` keeps the trace of integers it turns into an array
-  (`Tracing.consts`); everything else shows up as a size the graph has as a plain
+  (`Tracing.consts`), and the constant folder the trace of a scalar it computes
+  from traced scalars (`folded_operands`, `keep_folded`); everything else shows up as a size the graph has as a plain
   int, which `linnet.ir.dynamic` catches by lowering once more at other sizes and
   comparing (a plain int must stay the same, a traced one must be its polynomial
   there).
