@@ -85,3 +85,33 @@ pub entry f<N: Dim, M: Dim>(x: Tensor[N, M; f32]) -> Tensor[N * M; f32] {
         x = np.arange(n * m, dtype=np.float32).reshape(n, m)
         (y,) = session.run({"x": x})
         np.testing.assert_array_equal(y, x.reshape(-1))
+
+
+def test_sizes_used_as_numbers_are_traced_and_right_at_every_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`20 - N` as a float and `N * M - 1` as an i32 scalar are constants of the traced
+    lowering: their traces make them computed in the graph, not the sample's values."""
+    import linnet.ir.dynamic
+
+    source = """module m
+pub entry f<N: Dim, M: Dim>(x: Tensor[N, M; f32]) -> Tensor[N, M; f32] {
+    let last = cast<i32>(N * M - 1)
+    let y[i, j] = x[i, j] * cast<f32>(20 - N) + cast<f32>(last)
+    return y
+}"""
+    methods: list[str] = []
+    lower_dynamic = linnet.ir.dynamic.lower_dynamic
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        fn, dims = lower_dynamic(*args, **kwargs)
+        methods.append(dims.method)
+        return fn, dims
+
+    monkeypatch.setattr(linnet.ir.dynamic, "lower_dynamic", recorded)
+    session = ExportedSession(export_function(source, "f", generics={}, dynamic=["N", "M"]))
+    assert methods == ["traced"]
+    for n, m in [(1, 1), (3, 8), (17, 2)]:
+        x = np.ones((n, m), np.float32)
+        (y,) = session.run({"x": x})
+        np.testing.assert_array_equal(y, np.full((n, m), (20 - n) + (n * m - 1), np.float32))

@@ -189,7 +189,7 @@ def convert_scalar(value: int | float | bool, dtype: str) -> int | float | bool:
         return bool(value != 0)
     traced = type(value) is not int and isinstance(value, int) and type(value) is not bool
     if dtype in FLOAT_DTYPES:  # a traced size (`ir.traced`) stays one: the array converts it
-        return value if traced and abs(value) < 1 << 24 else float(value)
+        return value if traced and -(1 << 24) < value < 1 << 24 else float(value)
     if dtype not in INTEGER_DTYPES:
         raise InternalError(f"unknown dtype {dtype}")
     if isinstance(value, float):
