@@ -1,12 +1,14 @@
 """Benchmark: what dynamic axes cost an ONNX export, and where that time goes.
 
-`export_model(dynamic=[...])` lowers the entry at 3 (one dynamic generic) or
-5 (two) sample sizes and matches the lowerings (`linnet.ir.dynamic`); this
-bench exports examples/01-llama at small widths and TinyLlama's depth (22
-layers) in one process, static and dynamic, and prints the best CPU time of
-`--rounds` exports of each (CPU time, not wall time: on a shared machine the
-wall clock mostly measures the neighbours) with its parts: lowering,
-optimising, matching the samples, writing the ONNX graph.
+`export_model(dynamic=[...])` lowers the entry twice, once with traced sizes
+and once at other sizes to check it, and matches the two
+(`linnet.ir.dynamic_traced`; the sampler, 3 to 5 lowerings, only when tracing
+declines); this bench exports examples/01-llama at small widths and
+TinyLlama's depth (22 layers) in one process, static and dynamic, and prints
+the best CPU time of `--rounds` exports of each (CPU time, not wall time: on a
+shared machine the wall clock mostly measures the neighbours) with its parts:
+lowering, optimising (both for every lowering), matching the lowerings,
+writing the ONNX graph, and which path made the table.
 
     .venv/bin/python bench/dynamic_export.py [--rounds N] [--layers N]
 """
@@ -14,6 +16,7 @@ optimising, matching the samples, writing the ONNX graph.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     import linnet.ir.dynamic as dynamic
+    import linnet.ir.dynamic_traced as traced
     import linnet.onnx.export.api as api
     import linnet.pipeline as pipeline
 
@@ -55,17 +59,31 @@ def main() -> None:
     pipeline.lower = timed("lower", pipeline.lower)  # type: ignore[assignment]
     pipeline.optimize = timed("optimize", pipeline.optimize)  # type: ignore[assignment]
     dynamic._Matcher.run = timed("match", dynamic._Matcher.run)  # type: ignore[method-assign]
+    traced._Matcher.run = timed("match", traced._Matcher.run)  # type: ignore[method-assign]
     api.export_ir = timed("export_ir", api.export_ir)  # type: ignore[assignment]
+    paths: list[str] = []
+    lower_dynamic = dynamic.lower_dynamic
+
+    def recorded(*a: Any, **k: Any) -> Any:
+        fn, dims = lower_dynamic(*a, **k)
+        paths.append(dims.method)
+        return fn, dims
+
+    dynamic.lower_dynamic = recorded  # type: ignore[assignment]
 
     program = pipeline.check_program(SOURCE)
     generics = {**SIZES, "Layers": args.layers, "MaxSeq": 64, "T": "f32"}
     print(f"# examples/01-llama {generics}, one process, best CPU ms of {args.rounds} exports")
-    print("| entry | dynamic | total ms | lower | optimize | match | export_ir | vs static |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("# load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    print(
+        "| entry | dynamic | path | total ms | lower | optimize | match | export_ir | vs static |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for entry, own, names in CASES:
         static_total = None
         for dynamic_names in ([], names):
             best: dict[str, float] | None = None
+            paths.clear()
             for _ in range(args.rounds):
                 parts.clear()
                 start = time.process_time()
@@ -79,10 +97,12 @@ def main() -> None:
             static_total = static_total or best["total"]
             ms = {k: f"{v * 1e3:.0f}" for k, v in best.items()}
             print(
-                f"| {entry} | {','.join(dynamic_names) or 'none'} | {ms['total']} | "
+                f"| {entry} | {','.join(dynamic_names) or 'none'} | "
+                f"{'/'.join(sorted(set(paths))) or '-'} | {ms['total']} | "
                 f"{ms['lower']} | {ms['optimize']} | {ms.get('match', '-')} | "
                 f"{ms['export_ir']} | {best['total'] / static_total:.2f}x |"
             )
+    print("# load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 
 if __name__ == "__main__":

@@ -220,9 +220,12 @@ pub entry f<N: Dim, M: Dim>(x: Tensor[N, M; f32]) -> Tensor[N, M; f32] {
             bare.run(None, {"x": x})
 
 
-def test_two_generics_need_four_lowerings_for_sums_and_five_for_products(
+def test_two_generics_take_two_lowerings_traced_and_the_sampler_when_a_trace_is_lost(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Sums and products of sizes are traced (`linnet.ir.traced`): one lowering traced, one
+    to check it; so is `N / 4`, guarded where its value holds. `N % 8` is `N` at both
+    lowerings, which no trace says: the sampler then lowers at its grid as before."""
     import linnet.pipeline
 
     calls: list[object] = []
@@ -236,16 +239,32 @@ def test_two_generics_need_four_lowerings_for_sums_and_five_for_products(
     head = "module m\npub entry f<N: Dim, M: Dim>(x: Tensor[N, M; f32])"
     sums = f"{head} -> Tensor[N, M; f32] {{\n    return x * 2.0\n}}"
     export_function(sums, "f", generics={}, dynamic=["N", "M"])
-    assert len(calls) == 4  # the base, N moved, M moved, the check
+    assert len(calls) == 2  # traced at the first samples, checked where both have moved
+    assert calls[0] != calls[1]
     calls.clear()
     products = f"{head} -> Tensor[N * M; f32] {{\n    return reshape(x, [N * M])\n}}"
     exported = export_function(products, "f", generics={}, dynamic=["N", "M"])
-    assert len(calls) == 5  # the grid adds its corner, the lowerings made are reused
+    assert len(calls) == 2
     session = ExportedSession(exported)
     for n, m in [(1, 1), (2, 9), (6, 4)]:
         x = np.arange(n * m, dtype=np.float32).reshape(n, m)
         (y,) = session.run({"x": x})
         np.testing.assert_array_equal(y, x.reshape(-1))
+    calls.clear()
+    floor = f"{head} -> Tensor[N, M; f32] {{\n    return x * cast<f32>(N / 4)\n}}"
+    exported = export_function(floor, "f", generics={}, dynamic=["N", "M"])
+    assert len(calls) == 2  # `N / 4` is 1 at both lowerings: guarded, 4 <= N < 8
+    session = ExportedSession(exported)
+    (y,) = session.run({"x": np.ones((7, 2), np.float32)})
+    np.testing.assert_array_equal(y, np.ones((7, 2), np.float32))
+    with pytest.raises(LinnetError, match="N / 4"):
+        session.run({"x": np.ones((8, 2), np.float32)})
+    calls.clear()
+    remainder = f"{head} -> Tensor[N, M; f32] {{\n    return x * cast<f32>(N % 8)\n}}"
+    exported = export_function(remainder, "f", generics={}, dynamic=["N", "M"])
+    assert len(calls) > 2  # `N % 8` is N there: no trace says so, the sampler fits it
+    (y,) = ExportedSession(exported).run({"x": np.ones((3, 2), np.float32)})
+    np.testing.assert_array_equal(y, np.full((3, 2), 3.0, np.float32))
 
 
 def test_importing_a_guarded_export_states_the_guard(tmp_path: Path) -> None:

@@ -217,7 +217,8 @@ RegionSpec = Region | Callable[["Builder", tuple[Value, ...]], Sequence[Value]]
 
 def _ints(values: Sequence[int] | Any, what: str) -> tuple[int, ...]:
     try:
-        return tuple(int(v) for v in values)
+        # ints as they are (a dynamic export's `ir.traced.Traced` sizes keep their trace)
+        return tuple(v if isinstance(v, int) and type(v) is not bool else int(v) for v in values)
     except (TypeError, ValueError) as exc:
         raise InternalError(f"{what} must be a sequence of integers, got {values!r}") from exc
 
@@ -324,12 +325,15 @@ class Builder:
         """
         import numpy as np
 
+        from linnet.ir.traced import note_const, untraced
+
         with np.errstate(over="ignore"):
-            array = np.asarray(value, dtype=numpy_dtype(dtype))
+            array = np.asarray(untraced(value), dtype=numpy_dtype(dtype))
+        note_const(array, value)  # a dynamic export's traced sizes (`linnet.ir.traced`)
         return self.emit("const", (), {"value": array}, name=name)
 
     def iota(self, n: int, dtype: str = "i64") -> Value:
-        return self.emit("iota", (), {}, type=TensorType((int(n),), dtype))
+        return self.emit("iota", (), {}, type=TensorType(_ints((n,), "iota size"), dtype))
 
     def param(self, path: str, type: TensorType) -> Value:
         return self.emit("param", (), {"path": path}, type=type, name=path)

@@ -2,32 +2,49 @@
 
 Stage: between lowering and a backend that can compute shapes at run time
 (the ONNX exporter, `export_model(dynamic=[...])`). The Core IR stays static
-(architecture.md "Core IR"); instead the entry is lowered at a few sizes for
-the dynamic generics and once more off them. With two or more generics, sums
-first (`B + S`, `2 * S`: a base point and one point per generic moved,
-`symbolic.StarFit`, one lowering less than the grid for `B, S`); then a grid of
-two values each (multilinear sizes, `B * S`: what batch and length sizes are),
-and three each (degree 2 in each generic) when a size does not fit that; the
-grid reuses the lowerings already made. The lowerings
-must be the same graph op for op (kinds, operands, dtypes, ranks, every
-attribute that is not an integer); every integer that differs (an axis of a
-result type, a `reshape` or `broadcast` shape, a `slice` bound, a generic of
-a `call`) is fitted exactly (`symbolic.GridFit`, `StarFit`) and must then predict the
-extra lowering. The result is the first lowering plus a `DynamicShapes`
-table of what varies.
+(architecture.md "Core IR"): the entry is lowered at concrete sizes, and what
+varies with the dynamic generics is recorded beside it (`DynamicShapes`).
 
-Why sampling rather than a symbolic IR: lowering, the passes and every
-backend keep reading plain ints, and the check is sound for what it claims
-(identical graphs, sizes that are the fitted polynomials at every lowering,
-one more than the fit needs); anything else is refused with a LinnetError that names the op.
+Two ways to get that table, the first tried first:
+
+- Tracing (`linnet.ir.dynamic_traced`): the entry is lowered once with each
+  dynamic generic bound to a `linnet.ir.traced.Traced` int (a size that carries
+  its polynomial, like torch's SymInt), the table read off that graph, and the
+  entry lowered once more at other sizes to check it (every traced int must be
+  its polynomial there, every plain int the same). Two lowerings whatever the
+  number of generics. Whatever it cannot vouch for (a lost trace, a size that
+  varies untraced, graphs that differ) hands over to the sampler.
+- Sampling (the rest of this module): the entry is lowered at a few sizes for
+  the dynamic generics and once more off them. With two or more generics, sums
+  first (`B + S`, `2 * S`: a base point and one point per generic moved,
+  `symbolic.StarFit`, one lowering less than the grid for `B, S`); then a grid
+  of two values each (multilinear sizes, `B * S`: what batch and length sizes
+  are), and three each (degree 2 in each generic) when a size does not fit
+  that; the grid reuses the lowerings already made. The lowerings must be the
+  same graph op for op (kinds, operands, dtypes, ranks, every attribute that is
+  not an integer); every integer that differs (an axis of a result type, a
+  `reshape` or `broadcast` shape, a `slice` bound, a generic of a `call`) is
+  fitted exactly (`symbolic.GridFit`, `StarFit`) and must then predict the
+  extra lowering.
+
+Either way the result is the first lowering plus a `DynamicShapes` table of
+what varies; for the examples' entries the two paths give the same table (and
+the same ONNX file, tests/onnx/test_export_dynamic_traced.py).
+
+Why traced ints and samples rather than a symbolic IR: lowering, the passes and
+every backend keep reading plain ints (a `Traced` is one), and each path checks
+what it claims against one lowering more than it needs (identical graphs, sizes
+that are their polynomials there); anything else is refused with a LinnetError
+that names the op.
+
 A constant whose shape varies is accepted only when it is one value repeated
 (`DynamicShapes.fills`); a small constant of fixed shape whose integral
 elements vary (`N - 1` in `std.nn.cache::write_span`) has each element fitted
 (`DynamicShapes.values`); any other size-dependent constant is refused.
 
 A compile-time decision on sizes (`N > 4`, `min(N, 8)`, `N / 4`, a clamped
-slice bound) is folded at each sample; `linnet.ir.size_decisions` records
-them while lowering: outcomes that differ between samples are refused, the
+slice bound) is folded at each lowering; `linnet.ir.size_decisions` records
+them: outcomes that differ between lowerings are refused, the
 others become `guards` (the sizes where the folded outcome holds), checked at
 run time like the `where` clauses below and in the graph itself.
 
@@ -92,7 +109,9 @@ class DynamicShapes:
     the attribute, Polys in place of the varying ints); `fills` the value of
     each `const` whose shape varies (one value repeated); `values` the elements
     (flat, row-major) of each `const` whose integral values vary; `sources` maps
-    each generic to an (input index, axis) that carries it.
+    each generic to an (input index, axis) that carries it. `method` says which
+    path made the table (`traced` or `sampled`), `declined` why tracing handed
+    over to the sampler.
     """
 
     names: tuple[str, ...]
@@ -105,6 +124,8 @@ class DynamicShapes:
     runtime_where: list[RuntimeWhere] = field(default_factory=list)
     results: tuple[Value, ...] = ()
     guards: list[SizeGuard] = field(default_factory=list)
+    method: str = "sampled"
+    declined: str = ""
 
     def shape(self, value: Value) -> tuple[Dim, ...]:
         return self.shapes.get(value, value.type.shape)
@@ -126,10 +147,28 @@ def lower_dynamic(
     `fits(values)` says whether the dynamic generics may take `values` (the
     entry's `where` clauses); sample values are chosen among `CANDIDATES` so
     that each generic's samples fit with the others at their first value.
-    LinnetError when the graphs differ or a size is no polynomial.
+    Tracing is tried first (`linnet.ir.dynamic_traced`: the first samples
+    traced, later ones to check), the sampler when it declines. LinnetError
+    when the graphs differ or a size is no polynomial.
     """
+    from linnet.ir.dynamic_traced import lower_traced
+
     order = tuple(names)
     samples = _choose_samples(order, fits)
+    with _collector_paused():
+        traced = lower_traced(lower_at, order, samples, fits)
+    if not isinstance(traced, str):
+        fn, dims = traced
+        return fn, _finished(fn, dims)
+    fn, dims = _lower_sampled(lower_at, order, samples)
+    dims.declined = traced
+    return fn, dims
+
+
+def _lower_sampled(
+    lower_at: Lower, order: tuple[str, ...], samples: dict[str, list[int]]
+) -> tuple[Function, DynamicShapes]:
+    """The sampler: lowerings at a grid of sizes, every varying integer fitted."""
     check = {n: samples[n][POINTS - 1] for n in order}
     lowered: dict[tuple[int, ...], tuple[Function, tuple[Decision, ...]]] = {}
 
@@ -166,10 +205,14 @@ def lower_dynamic(
                 dims = attempt(POINTS - 1)  # degree 2 in each generic
     dims.samples = {n: tuple(samples[n]) for n in order}
     fn = lowered[tuple(samples[n][0] for n in order)][0]
+    return fn, _finished(fn, dims)
+
+
+def _finished(fn: Function, dims: DynamicShapes) -> DynamicShapes:
     dims.runtime_where = [_guard_clause(g) for g in dims.guards]
     dims.sources = _sources(fn, dims)
     dims.results = fn.results
-    return fn, dims
+    return dims
 
 
 def _guard_clause(guard: SizeGuard) -> RuntimeWhere:

@@ -40,6 +40,7 @@ import numpy as np
 
 from linnet.errors import LinnetError
 from linnet.ir.symbolic import Dim, Poly
+from linnet.ir.traced import settle
 from linnet.records import record
 
 if TYPE_CHECKING:
@@ -118,9 +119,12 @@ def note(kind: str, operator: str, left: object, right: object, result: object, 
     log = _LOG.get()
     if log is None or isinstance(left, bool) or isinstance(right, bool):
         return
-    if type(left) is int and type(right) is int:
+    if isinstance(left, int) and isinstance(right, int):  # plain, or traced (`ir.traced`)
         assert isinstance(result, int)
-        log.append(Decision(kind, operator, left, right, int(result), where))
+        folded = int(result) if isinstance(result, bool) else result
+        log.append(Decision(kind, operator, left, right, folded, where))
+        if kind in ("floor", "mod"):
+            settle(kind, left, right, folded)  # its guard covers the traced `//` or `%`
     elif kind in COMPARISONS and isinstance(left, int | float) and isinstance(right, int | float):
         opaque = repr((left, right)).encode()
         log.append(Decision("opaque", operator, 0, 0, 0, where, opaque))
@@ -149,8 +153,14 @@ FOLDED = {
 no guard can be fitted; refused when the operands vary with the size)."""
 
 
-def note_folded(kind: str, operands: Sequence[np.ndarray[Any, Any]], result: object) -> None:
-    """Record an IR op the constant folder evaluated, if it is a decision (`FOLDED`)."""
+def note_folded(
+    kind: str,
+    operands: Sequence[np.ndarray[Any, Any]],
+    result: object,
+    traces: Sequence[int | None] | None = None,
+) -> None:
+    """Record an IR op the constant folder evaluated, if it is a decision (`FOLDED`);
+    `traces` are the traced values of its scalar operands (`linnet.ir.traced`), if any."""
     log = _LOG.get()
     if log is None or kind not in FOLDED:
         return
@@ -163,9 +173,15 @@ def note_folded(kind: str, operands: Sequence[np.ndarray[Any, Any]], result: obj
             or bool(np.all(np.isfinite(source) & (source == np.round(source))))
         ):
             return  # exact: no value is rounded
+    first = traces[0] if traces else None
     if kind == "abs":
         operands = [operands[0], -operands[0]]
+        traces = None if first is None else [first, -first]
     left, right = (_integral(a) for a in operands) if len(operands) == 2 else (None, None)
+    if traces is not None and len(traces) == 2:
+        left = traces[0] if traces[0] is not None else left
+        if kind != "shr":  # `a >> k` decides as a floor division by 2^k
+            right = traces[1] if traces[1] is not None else right
     if kind == "shr" and right is not None:
         right = 1 << right if 0 <= right < 63 else None  # a >> k is a floor division by 2^k
     folded = _integral(np.asarray(result), bools=True)

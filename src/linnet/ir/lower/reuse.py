@@ -33,6 +33,7 @@ from linnet.ir.core import Op, Region, Value
 from linnet.ir.lower.values import LV, Opt, ShapeLV
 from linnet.ir.regions import free_values, region_free_values
 from linnet.ir.size_decisions import Decision, mark, replay, since
+from linnet.ir.traced import dim_of, has_trace, tracing_now
 from linnet.records import record
 
 if TYPE_CHECKING:
@@ -50,7 +51,32 @@ def signature_key(frame: Frame, params: tuple[LV, ...]) -> Hashable:
         frozenset(env.dims.items()),
         frozenset(env.packs.items()),
         frozenset(env.dtypes.items()),
+        _traces(frame, params),
     )
+
+
+def _traces(frame: Frame, params: tuple[LV, ...]) -> Hashable:
+    """While a dynamic export traces its sizes (`linnet.ir.traced`), the polynomial of every
+    size the key holds: a traced `S` that is 5 at the sample is no plain 5 (None otherwise)."""
+    if not tracing_now():
+        return None
+    ints: list[int] = [*frame.env.dims.values()]
+    for pack in frame.env.packs.values():
+        ints.extend(pack)
+    _sizes(params, ints)
+    return tuple(dim_of(d) if has_trace(d) else None for d in ints)
+
+
+def _sizes(lvs: tuple[LV, ...], out: list[int]) -> None:
+    for lv in lvs:
+        if isinstance(lv, Value):
+            out.extend(lv.type.shape)
+        elif isinstance(lv, tuple):
+            _sizes(lv, out)
+        elif isinstance(lv, Opt) and lv.value is not None:
+            _sizes((lv.value,), out)
+        elif isinstance(lv, ShapeLV):
+            out.extend(d for d in lv.dims if isinstance(d, int))
 
 
 def _lv_key(lv: LV) -> Hashable:
@@ -201,6 +227,7 @@ class InlineCache:
             frozenset(env.packs.items()),
             frozenset(env.dtypes.items()),
             self._shape(lw, instance),
+            _traces(frame, params),
         )
 
     def _shape(self, lw: Lowerer, instance: BlockInstance) -> Hashable:

@@ -187,8 +187,9 @@ def convert_scalar(value: int | float | bool, dtype: str) -> int | float | bool:
     """
     if dtype == "bool":
         return bool(value != 0)
-    if dtype in FLOAT_DTYPES:
-        return float(value)
+    traced = type(value) is not int and isinstance(value, int) and type(value) is not bool
+    if dtype in FLOAT_DTYPES:  # a traced size (`ir.traced`) stays one: the array converts it
+        return value if traced and -(1 << 24) < value < 1 << 24 else float(value)
     if dtype not in INTEGER_DTYPES:
         raise InternalError(f"unknown dtype {dtype}")
     if isinstance(value, float):
@@ -196,6 +197,9 @@ def convert_scalar(value: int | float | bool, dtype: str) -> int | float | bool:
             raise LinnetError(f"cannot convert {value} to {dtype}: not a finite number")
         value = math.trunc(value)
     bits = dtype_bits(dtype)
+    low = 0 if dtype in UNSIGNED_DTYPES else -(1 << (bits - 1))
+    if traced and low <= value < low + (1 << bits):
+        return value  # in range: the traced size itself
     wrapped = int(value) & ((1 << bits) - 1)
     if dtype not in UNSIGNED_DTYPES and wrapped >= 1 << (bits - 1):
         wrapped -= 1 << bits

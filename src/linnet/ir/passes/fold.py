@@ -24,6 +24,7 @@ from linnet.ir.core import Function, Op
 from linnet.ir.kernels import KERNELS, evaluate
 from linnet.ir.passes.rewrite import Rewriter
 from linnet.ir.size_decisions import note_folded
+from linnet.ir.traced import folded_operands, keep_folded
 
 FOLD_LIMIT = 4096
 
@@ -48,7 +49,10 @@ class ConstantFolder(Rewriter):
             value = evaluate(op, operands)
         except LinnetError:
             return [op]
-        note_folded(op.kind, operands, value)
+        traces = folded_operands(operands)  # a dynamic export's traced sizes (`ir.traced`)
+        note_folded(op.kind, operands, value, traces)
+        if traces is not None:
+            keep_folded(op.kind, traces, operands, value)
         self.constants[op.results[0]] = value
         self.changed = True
         return [Op("const", (), op.results, {"value": value})]
