@@ -227,3 +227,34 @@ def save_tokenizer(folder: Path, vocab_size: int = 67) -> None:
         tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
     fast.save_pretrained(folder)
+
+
+def save_sentencepiece(folder: Path) -> Path:
+    """A tiny SentencePiece BPE model (60 pieces, `<|user|>` a special added token) with a
+    `tokenizer_config.json` naming bos/eos/unk, as a llama folder holds them."""
+    import io
+    import json
+
+    import sentencepiece as spm
+
+    corpus = [
+        "the quick brown fox jumps over the lazy dog",
+        "a linnet sings in the hedge at dawn",
+        "tensors flow through typed graphs",
+        "hello world this is a small corpus for a tiny model",
+    ] * 20
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus), model_writer=model, vocab_size=60, model_type="bpe",
+        character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        user_defined_symbols=["<|user|>"], minloglevel=2,
+    )  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tokenizer.model").write_bytes(model.getvalue())
+    settings = {
+        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+        "add_bos_token": True, "add_eos_token": False,
+        "added_tokens_decoder": {"3": {"content": "<|user|>", "special": True}},
+    }  # fmt: skip
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    return folder

@@ -357,35 +357,6 @@ def test_llama3_scaling_of_other_families_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "q.gguf").exists()
 
 
-def save_sentencepiece(folder: Path) -> Path:
-    """A tiny SentencePiece BPE model (60 pieces, `<|user|>` a special added token) with a
-    `tokenizer_config.json` naming bos/eos/unk, as a llama folder holds them."""
-    import io
-
-    spm = pytest.importorskip("sentencepiece")
-    corpus = [
-        "the quick brown fox jumps over the lazy dog",
-        "a linnet sings in the hedge at dawn",
-        "tensors flow through typed graphs",
-        "hello world this is a small corpus for a tiny model",
-    ] * 20
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(corpus), model_writer=model, vocab_size=60, model_type="bpe",
-        character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
-        user_defined_symbols=["<|user|>"], minloglevel=2,
-    )  # fmt: skip
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "tokenizer.model").write_bytes(model.getvalue())
-    settings = {
-        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-        "add_bos_token": True, "add_eos_token": False,
-        "added_tokens_decoder": {"3": {"content": "<|user|>", "special": True}},
-    }  # fmt: skip
-    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
-    return folder
-
-
 SENTENCES = ["the lazy fox", "a linnet sings at dawn", "hello world"]
 
 
@@ -394,7 +365,7 @@ def test_sentencepiece_vocabulary_is_written_as_llama_cpp_converts_it(tmp_path: 
     normal; padding unused up to the model's vocabulary), special ids and the bos flag;
     transformers' GGUF tokenizer then encodes text as sentencepiece does."""
     spm = pytest.importorskip("sentencepiece")
-    tok = save_sentencepiece(tmp_path / "tok")
+    tok = fs.save_sentencepiece(tmp_path / "tok")
     path = tmp_path / "llama.gguf"
     linnet.gguf.export(
         fs.source("llama"), path, generics=case_generics("llama"), weights=weights_of("llama"),
@@ -439,7 +410,7 @@ def test_llama_cpp_runs_llama3_scaling_with_a_sentencepiece_vocabulary(tmp_path:
     unscaled model's."""
     llama_cpp = pytest.importorskip("llama_cpp")
     spm = pytest.importorskip("sentencepiece")
-    tok = save_sentencepiece(tmp_path / "tok")
+    tok = fs.save_sentencepiece(tmp_path / "tok")
     weights = weights_of("llama", seed=3)
     path = tmp_path / "llama3.gguf"
     linnet.gguf.export(
