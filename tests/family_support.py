@@ -200,6 +200,26 @@ def linnet_logits(module: Any, tokens: Array) -> Array:
     return logits
 
 
+def linnet_greedy(module: Any, prompt: Array, steps: int) -> Array:
+    """`steps` greedy tokens `[B, steps]` of a decoder example on linnet.torch: `prefill`
+    of the prompt, then one `decode` per token, each argmax fed back."""
+    import torch
+
+    def run(entry: str, *inputs: object) -> Array:
+        args = [torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in inputs]
+        with torch.no_grad():
+            out: Array = module.run_entry(entry, args).numpy()
+        return out
+
+    module.reset_state()
+    token = run("prefill", prompt, 0)[:, -1].argmax(-1).astype(np.int32)
+    chosen = [token]
+    for step in range(1, steps):
+        token = run("decode", token, prompt.shape[1] + step - 1).argmax(-1).astype(np.int32)
+        chosen.append(token)
+    return np.stack(chosen, axis=1)
+
+
 def save_tokenizer(folder: Path, vocab_size: int = 67) -> None:
     """A small byte-free BPE tokenizer (`tokenizer.json` + `tokenizer_config.json`) with
     `<s>`, `</s>` and `<unk>`, its merges pairing letters, `vocab_size` tokens in all."""

@@ -101,25 +101,6 @@ def case_weights(case: dict[str, Any]) -> tuple[dict[str, Array], dict[str, str]
     return weights, None
 
 
-def run(module: Any, entry: str, *inputs: object) -> Array:
-    args = [torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in inputs]
-    with torch.no_grad():
-        out: Array = module.run_entry(entry, args).numpy()
-    return out
-
-
-def greedy(module: Any, prompt: Array, steps: int) -> Array:
-    """Prefill the prompt, then `steps - 1` single-token decodes, each argmax fed back."""
-    module.reset_state()
-    token = run(module, "prefill", prompt, 0)[:, -1].argmax(-1).astype(np.int32)
-    chosen = [token]
-    for step in range(1, steps):
-        token = run(module, "decode", token, prompt.shape[1] + step - 1).argmax(-1)
-        token = token.astype(np.int32)
-        chosen.append(token)
-    return np.stack(chosen, axis=1)
-
-
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Per case: what transformers 4.x reported and what linnet.torch computed."""
@@ -150,8 +131,8 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
         prompt = fs.tokens_of((1, 6), seed=case["seed"] + 20)
         mine[name] = {
             "exported": exported,
-            "linnet_logits": run(module, "forward", tokens),
-            "linnet_greedy": greedy(module, prompt, STEPS),
+            "linnet_logits": fs.linnet_logits(module, tokens),
+            "linnet_greedy": fs.linnet_greedy(module, prompt, STEPS),
         }
         jobs.append(
             {
