@@ -52,13 +52,16 @@ def generics(family: str, batch: int = 1) -> dict[str, object]:
     return {**CASES[family][1], "Batch": batch, "T": "f32"}
 
 
-def linnet_weights(family: str, seed: int = 0) -> dict[str, Array]:
+def linnet_weights(
+    family: str, seed: int = 0, binds: dict[str, object] | None = None
+) -> dict[str, Array]:
     """Seeded random weights for every mandatory param (plus qwen2's q/k/v biases):
-    projections N(0, 0.15), norm weights 1 + N(0, 0.2)."""
+    projections N(0, 0.15), norm weights 1 + N(0, 0.2). `binds`: other generics than
+    the family's case."""
     from linnet import pipeline
     from linnet.weights import specs_from_model
 
-    model = pipeline.load_model(source(family), generics=generics(family))
+    model = pipeline.load_model(source(family), generics=binds or generics(family))
     rng = np.random.default_rng(seed)
     out: dict[str, Array] = {}
     for path, spec in specs_from_model(model).items():

@@ -2,7 +2,8 @@
 
 Per family the example source with seeded random weights is written as GGUF and
 loaded by `from_pretrained(folder, gguf_file=...)`, which undoes llama.cpp's
-layout (the llama Q/K permutation, GPT-2's transposes) on its own: f32 logits
+layout (the llama Q/K permutation, GPT-2's transposes) on its own (qwen3 with
+head_dim 128, the only one that loader builds): f32 logits
 equal linnet.torch's within 1e-5 and 32 greedy tokens agree; f16 and bf16 equal
 linnet.torch on the same rounded weights; q8_0 and q4_0 equal linnet.torch on
 the dequantised blocks (so the bytes are llama.cpp's format) and stay within
@@ -33,9 +34,7 @@ import linnet.torch as linnet_torch  # noqa: E402
 from linnet.errors import LinnetError  # noqa: E402
 from linnet.gguf.modelfile import recognise_template  # noqa: E402
 
-# transformers' GGUF loader reads no head_dim for qwen3 (its default is 128): qwen3 is
-# checked through gguf's reader instead, and through llama.cpp in the slow test.
-LOADABLE = ["gpt2", "llama", "phi3", "qwen2"]
+LOADABLE = fs.FAMILIES
 
 
 def case_generics(family: str) -> dict[str, object]:
@@ -43,11 +42,14 @@ def case_generics(family: str) -> dict[str, object]:
     if family == "gpt2":  # the loader keeps GPT2Config's n_positions (1024)
         binds["Positions"] = 1024
         binds["MaxSeq"] = 64
+    if family == "qwen3":  # the loader reads no head_dim: Qwen3Config's default, 128
+        binds["HeadDim"] = 128
     return binds
 
 
 def weights_of(family: str, seed: int = 0) -> dict[str, Any]:
-    weights = fs.linnet_weights(family, seed=seed)
+    binds = case_generics(family) if family == "qwen3" else None  # (gpt2: wpe below)
+    weights = fs.linnet_weights(family, seed=seed, binds=binds)
     if family == "gpt2":
         rng = np.random.default_rng(seed + 100)
         weights["transformer.wpe.weight"] = rng.normal(0, 0.15, (1024, 32)).astype(np.float32)
@@ -200,7 +202,7 @@ def test_qwen3_tensors_names_and_metadata(tmp_path: Path) -> None:
     fields = {name: field.contents() for name, field in reader.fields.items()}
     assert fields["general.architecture"] == "qwen3"
     assert fields["general.name"] == "tiny-qwen3"
-    assert fields["qwen3.attention.key_length"] == 16
+    assert fields["qwen3.attention.key_length"] == 128
     assert fields["qwen3.attention.head_count_kv"] == 2
     assert fields["qwen3.rope.freq_base"] == 1000000.0
     assert abs(fields["qwen3.attention.layer_norm_rms_epsilon"] - 1e-6) < 1e-12
@@ -276,8 +278,7 @@ def test_llama_cpp_runs_our_gguf_like_linnet(family: str, outtype: str, tmp_path
     (argmax) tokens agree; at f32, 32 greedy tokens decoded through llama.cpp's KV cache
     equal linnet.torch's `prefill` + `decode`."""
     llama_cpp = pytest.importorskip("llama_cpp")
-    # (GPT-2's seed-11 weights decode one token over and over: a run that shows little)
-    weights = weights_of(family, seed=15 if family == "gpt2" else 11)
+    weights = weights_of(family, seed=15)  # (seed 11: GPT-2 and Qwen3 repeat one token)
     fs.save_tokenizer(tmp_path / "tok")
     path = tmp_path / f"{family}.gguf"
     linnet.gguf.export(
