@@ -4,9 +4,10 @@ Per family (llama, qwen2, qwen3, phi3, gpt2): a random-initialised transformers
 model with a tokenizer is saved with `save_pretrained`, converted, and the card
 loads with `linnet.torch.load(card)` and `linnet.onnx.load_model(card)` and no
 other argument; both give transformers' logits within 1e-4 and its 16 greedy
-tokens through prefill/decode. The weights stay in the folder (the card
-references them); a tied head binds through the card's bindings.json. Folders
-the sources cannot reproduce are refused with every reason listed.
+tokens through prefill/decode; so does `linnet.jax` (llama; the other families
+slow). The weights stay in the folder (the card references them, even at
+TinyLlama size); a tied head binds through the card's bindings.json. Folders
+the sources cannot reproduce are refused with every reason listed at once.
 """
 
 from __future__ import annotations
@@ -275,3 +276,29 @@ def test_llama_biases_convert_only_with_attention_bias(tmp_path: Path) -> None:
         LinnetError, match=r"8 stored tensor\(s\) that LlamaForCausalLM does not have"
     ):
         convert(tmp_path / "llama", output=tmp_path / "card2")
+
+
+@pytest.mark.parametrize(
+    "family",
+    [f if f == "llama" else pytest.param(f, marks=pytest.mark.slow) for f in fs.FAMILIES],
+)
+def test_converted_card_runs_on_jax_like_transformers(family: str, tmp_path: Path) -> None:
+    """`linnet.jax.load_model(card)` and `linnet.jax.load(card)`, no other argument: the
+    logits of transformers (1e-4) and its 16 greedy tokens through prefill/decode (XLA
+    compiles each entry: ~12 s a family here, so all but llama are slow)."""
+    linnet_jax = pytest.importorskip("linnet.jax")
+    folder = tmp_path / family
+    reference = saved_folder(family, folder, seed=9)
+    card = convert(folder, output=tmp_path / "card")
+    tokens = fs.tokens_of((1, 10), seed=10)
+    expected = fs.hf_logits(reference, tokens)
+    ids = torch.from_numpy(tokens[:, :6].astype(np.int64))
+    with torch.no_grad():
+        generated = reference.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16
+        )[:, 6:].numpy()
+    model = linnet_jax.load_model(card.folder)
+    assert_logits(model.run_entry("forward", [tokens]), expected)
+    model.reset_state()
+    np.testing.assert_array_equal(greedy(model.run_entry, tokens[:, :6], 16), generated)
+    assert_logits(linnet_jax.load(card.folder)(tokens), expected)
