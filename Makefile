@@ -9,7 +9,7 @@ LOCK := requirements.lock
 STAMP := $(VENV)/.installed
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: venv test test-slow triton-server lint format demo bench lock lock-upgrade clean
+.PHONY: venv test test-slow triton-server hf4x lint format demo bench lock lock-upgrade clean
 
 venv: $(STAMP)
 
@@ -47,6 +47,11 @@ test-slow: venv
 # A real tritonserver (pytriton's, unpacked outside the venv) for the slow Triton tests.
 triton-server: venv
 	$(PY) tools/triton_server.py prepare
+
+# transformers 4.57.1 (the 4.x line vLLM and SGLang pinned), unpacked outside the venv,
+# for the slow tests that load `linnet.hf.export` folders in it.
+hf4x: venv
+	$(PY) tools/hf4x.py prepare
 
 # The Llama example: check it, write seeded random weights, prefill a prompt and
 # decode 16 greedy tokens over the KV cache with linnet.torch; prints tokens and timings.

@@ -14,10 +14,21 @@ and reused). Then, each in a process of its own so that time and peak memory
   aim: at most 10 s and 1 GB each. The converter needs a tokenizer it knows:
   with `sentencepiece` importable a word-level `tokenizer.model` is trained into
   the folder, otherwise the peer column says why it is missing;
-- `convert` of the folder into a model card (aim: under 2 s, no weight bytes copied).
+- `convert` of the folder into a model card (aim: under 2 s, no weight bytes copied);
+- llama.cpp's decode speed (`llama_cpp`, llama-cpp-python, 2 threads) on our GGUF
+  and on llama.cpp's file of the same weights, f32, q8_0 and q4_0 (the
+  converter's f32 and q8_0; q4_0 is its f32 file through llama.cpp's quantiser,
+  `llama_model_quantize` with every tensor Q4_0, which is what our q4_0 holds):
+  greedy `--new` tokens after an 8-token prompt, the two files in alternating
+  rounds (`--rounds`), tokens/s of each round; the two must give the same
+  tokens. Needs `llama_cpp` importable and the converter.
+
+`--llama-cpp` defaults to `$LINNET_LLAMA_CPP_CONVERTER` (as the slow tests read it).
+The machine's load average is printed before and after: timings on a shared
+machine are noisy, so compare the alternating rounds, not single figures.
 
     .venv/bin/python bench/hf_gguf.py [--layers N] [--small] [--keep DIR] [--llama-cpp DIR]
-                                      [--only hf|gguf|convert ...]
+                                      [--only hf|gguf|convert|decode ...] [--new N] [--rounds R]
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -145,6 +157,106 @@ def child(kind: str, folder: Path, out: Path, sizes: dict[str, int], llama_cpp: 
     print(json.dumps({"seconds": seconds, "cpu": cpu, "peak": peak_bytes(who), "note": note}))
 
 
+DECODE_TYPES = ("f32", "q8_0", "q4_0")
+DECODE_PROMPT = 8
+
+
+def decode_files(folder: Path, where: Path, sizes: dict[str, int], llama_cpp: str) -> None:
+    """`ours-T.gguf` (gguf.export) and `peer-T.gguf` (the converter, q4_0 through
+    llama.cpp's quantiser) for each of `DECODE_TYPES`, under `where`."""
+    import llama_cpp as llama
+
+    import linnet.gguf
+
+    for outtype in DECODE_TYPES:
+        linnet.gguf.export(
+            SOURCE, where / f"ours-{outtype}.gguf", generics=generics(sizes),
+            weights=folder / "model.safetensors", outtype=outtype, tokenizer=folder,
+            name="bench", modelfile=False,
+        )  # fmt: skip
+    paths = [str(Path(llama_cpp) / "gguf-py"), str(llama_cpp), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    for outtype in ("f32", "q8_0"):
+        subprocess.run(
+            [sys.executable, str(Path(llama_cpp) / "convert_hf_to_gguf.py"), str(folder),
+             "--outtype", outtype, "--outfile", str(where / f"peer-{outtype}.gguf"),
+             "--model-name", "bench"],
+            env=env, check=True, capture_output=True,
+        )  # fmt: skip
+    params = llama.llama_model_quantize_default_params()
+    params.ftype = llama.LLAMA_FTYPE_MOSTLY_Q4_0
+    params.pure = True
+    params.nthread = 2
+    source, target = str(where / "peer-f32.gguf"), str(where / "peer-q4_0.gguf")
+    if llama.llama_model_quantize(source.encode(), target.encode(), params) != 0:
+        raise SystemExit("llama_model_quantize failed")
+
+
+def decode_speeds(where: Path, new: int, rounds: int) -> None:
+    """Per outtype, tokens/s of each round on our file and the peer's, alternating;
+    prints {outtype: {"ours": [...], "peer": [...], "same": bool}} as JSON."""
+    import llama_cpp as llama
+    import numpy as np
+
+    prompt = [int(t) for t in np.random.default_rng(0).integers(3, 500, DECODE_PROMPT)]
+    out: dict[str, dict[str, Any]] = {}
+    for outtype in DECODE_TYPES:
+        speeds: dict[str, list[float]] = {"ours": [], "peer": []}
+        tokens: dict[str, list[int]] = {}
+        for _ in range(rounds):
+            for side in ("ours", "peer"):
+                model = llama.Llama(
+                    str(where / f"{side}-{outtype}.gguf"), n_ctx=DECODE_PROMPT + new + 8,
+                    n_threads=2, n_threads_batch=2, logits_all=True, verbose=False,
+                )  # fmt: skip
+                model.eval(prompt)
+                chosen = [int(np.argmax(model.scores[model.n_tokens - 1]))]
+                start = time.perf_counter()
+                for _ in range(new - 1):
+                    model.eval([chosen[-1]])
+                    chosen.append(int(np.argmax(model.scores[model.n_tokens - 1])))
+                speeds[side].append((new - 1) / (time.perf_counter() - start))
+                tokens[side] = chosen
+                model.close()
+        out[outtype] = {**speeds, "same": tokens["ours"] == tokens["peer"]}
+    print(json.dumps(out))
+
+
+def decode_rows(folder: Path, sizes: dict[str, int], args: argparse.Namespace) -> None:
+    """The decode part: files written in one child, timed in another."""
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") is None or not args.llama_cpp:
+        why = "`llama_cpp` is not importable" if args.llama_cpp else "no --llama-cpp"
+        print(f"decode: skipped ({why})")
+        return
+    with tempfile.TemporaryDirectory(dir=folder.parent) as scratch:
+        base = [sys.executable, __file__, "--keep", str(folder.parent), "--out", scratch]
+        base += ["--layers", str(sizes["Layers"]), "--llama-cpp", args.llama_cpp]
+        base += ["--small"] if args.small else []
+        timing = [*base, "--child", "decode", "--new", str(args.new), "--rounds", str(args.rounds)]
+        for command in ([*base, "--child", "decode-files"], timing):
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                print(f"decode: failed\n{done.stderr[-2000:]}")
+                return
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"llama.cpp decode, 2 threads, {args.new} tokens, {args.rounds} alternating rounds "
+          "(tokens/s of each round)")  # fmt: skip
+    for outtype, row in results.items():
+        ours, peer = row["ours"], row["peer"]
+        ratio = statistics.median(ours) / statistics.median(peer)
+        print(
+            f"  {outtype:<5} ours {' '.join(f'{v:6.2f}' for v in ours)}   "
+            f"llama.cpp's file {' '.join(f'{v:6.2f}' for v in peer)}   "
+            f"median ratio {ratio:.3f}   same tokens: {row['same']}"
+        )
+
+
+def load_average() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
 def measure(kind: str, folder: Path, sizes: dict[str, int], args: argparse.Namespace) -> Any:
     with tempfile.TemporaryDirectory(dir=folder.parent) as scratch:
         command = [
@@ -167,11 +279,13 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=None)
     parser.add_argument("--small", action="store_true")
     parser.add_argument("--keep", default=None)
-    parser.add_argument("--llama-cpp", default=None)
+    parser.add_argument("--llama-cpp", default=os.environ.get("LINNET_LLAMA_CPP_CONVERTER"))
+    parser.add_argument("--new", type=int, default=32, help="decode: tokens per round")
+    parser.add_argument("--rounds", type=int, default=3, help="decode: rounds per file")
     parser.add_argument("--child", default=None)
     parser.add_argument("--out", default=None)
     parser.add_argument(
-        "--only", nargs="+", choices=("hf", "gguf", "convert"), default=None,
+        "--only", nargs="+", choices=("hf", "gguf", "convert", "decode"), default=None,
         help="measure only these rows (default: all)",
     )  # fmt: skip
     args = parser.parse_args()
@@ -183,9 +297,17 @@ def main() -> None:
     if args.child == "prepare":
         prepare(sizes, folder)
         return
+    if args.child == "decode-files":
+        sys.path.insert(0, str(ROOT / "src"))
+        decode_files(folder, Path(args.out), sizes, args.llama_cpp)
+        return
+    if args.child == "decode":
+        decode_speeds(Path(args.out), args.new, args.rounds)
+        return
     if args.child:
         child(args.child, folder, Path(args.out), sizes, args.llama_cpp)
         return
+    print(f"load average {load_average()}")
     start = time.perf_counter()
     # in a child: a child's peak resident set starts from its parent's, so the parent stays small
     command = [sys.executable, __file__, "--child", "prepare", "--keep", str(keep), "--out", "-"]
@@ -195,7 +317,7 @@ def main() -> None:
     print(f"model: {sizes}, {size / 1e9:.2f} GB of f32 weights (prepared in "
           f"{time.perf_counter() - start:.1f} s, {folder})")  # fmt: skip
     peer_ok = args.llama_cpp and (folder / "tokenizer.model").is_file()
-    only = set(args.only or ("hf", "gguf", "convert"))
+    only = set(args.only or ("hf", "gguf", "convert", "decode"))
     rows = [("hf.export", "hf", "file copy", "copy")] if "hf" in only else []
     rows += [
         (f"gguf {t}", f"gguf-{t}", f"convert_hf_to_gguf {t}", f"peer-{t}")
@@ -204,8 +326,9 @@ def main() -> None:
     ]
     # cpu: user + system seconds of the process (the peer's: of its converter), which a
     # machine shared with other work inflates far less than the wall-clock seconds
-    print(f"{'ours':<16}{'s':>8}{'cpu s':>7}{'peak GB':>9}  {'peer':<24}{'s':>8}{'cpu s':>7}"
-          f"{'peak GB':>9}{'ratio':>7}")  # fmt: skip
+    if rows:
+        print(f"{'ours':<16}{'s':>8}{'cpu s':>7}{'peak GB':>9}  {'peer':<24}{'s':>8}{'cpu s':>7}"
+              f"{'peak GB':>9}{'ratio':>7}")  # fmt: skip
     for label, kind, peer_label, peer_kind in rows:
         ours = measure(kind, folder, sizes, args)
         if peer_kind == "copy" or peer_ok:
@@ -225,10 +348,12 @@ def main() -> None:
             + (f"  ({theirs['note']})" if theirs.get("note") else "")
             + (f"  [ours: {ours['note']}]" if ours.get("note") else "")
         )
-    if "convert" not in only:
-        return
-    card = measure("convert", folder, sizes, args)
-    print(f"{'convert':<16}{card['seconds']:>8.2f}{card['peak'] / 1e9:>9.2f}  ({card['note']})")
+    if "convert" in only:
+        card = measure("convert", folder, sizes, args)
+        print(f"{'convert':<16}{card['seconds']:>8.2f}{card['peak'] / 1e9:>9.2f}  ({card['note']})")
+    if "decode" in only:
+        decode_rows(folder, sizes, args)
+    print(f"load average {load_average()}")
 
 
 if __name__ == "__main__":

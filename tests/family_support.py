@@ -52,13 +52,16 @@ def generics(family: str, batch: int = 1) -> dict[str, object]:
     return {**CASES[family][1], "Batch": batch, "T": "f32"}
 
 
-def linnet_weights(family: str, seed: int = 0) -> dict[str, Array]:
+def linnet_weights(
+    family: str, seed: int = 0, binds: dict[str, object] | None = None
+) -> dict[str, Array]:
     """Seeded random weights for every mandatory param (plus qwen2's q/k/v biases):
-    projections N(0, 0.15), norm weights 1 + N(0, 0.2)."""
+    projections N(0, 0.15), norm weights 1 + N(0, 0.2). `binds`: other generics than
+    the family's case."""
     from linnet import pipeline
     from linnet.weights import specs_from_model
 
-    model = pipeline.load_model(source(family), generics=generics(family))
+    model = pipeline.load_model(source(family), generics=binds or generics(family))
     rng = np.random.default_rng(seed)
     out: dict[str, Array] = {}
     for path, spec in specs_from_model(model).items():
@@ -200,6 +203,26 @@ def linnet_logits(module: Any, tokens: Array) -> Array:
     return logits
 
 
+def linnet_greedy(module: Any, prompt: Array, steps: int) -> Array:
+    """`steps` greedy tokens `[B, steps]` of a decoder example on linnet.torch: `prefill`
+    of the prompt, then one `decode` per token, each argmax fed back."""
+    import torch
+
+    def run(entry: str, *inputs: object) -> Array:
+        args = [torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in inputs]
+        with torch.no_grad():
+            out: Array = module.run_entry(entry, args).numpy()
+        return out
+
+    module.reset_state()
+    token = run("prefill", prompt, 0)[:, -1].argmax(-1).astype(np.int32)
+    chosen = [token]
+    for step in range(1, steps):
+        token = run("decode", token, prompt.shape[1] + step - 1).argmax(-1).astype(np.int32)
+        chosen.append(token)
+    return np.stack(chosen, axis=1)
+
+
 def save_tokenizer(folder: Path, vocab_size: int = 67) -> None:
     """A small byte-free BPE tokenizer (`tokenizer.json` + `tokenizer_config.json`) with
     `<s>`, `</s>` and `<unk>`, its merges pairing letters, `vocab_size` tokens in all."""
@@ -227,3 +250,34 @@ def save_tokenizer(folder: Path, vocab_size: int = 67) -> None:
         tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
     fast.save_pretrained(folder)
+
+
+def save_sentencepiece(folder: Path) -> Path:
+    """A tiny SentencePiece BPE model (60 pieces, `<|user|>` a special added token) with a
+    `tokenizer_config.json` naming bos/eos/unk, as a llama folder holds them."""
+    import io
+    import json
+
+    import sentencepiece as spm
+
+    corpus = [
+        "the quick brown fox jumps over the lazy dog",
+        "a linnet sings in the hedge at dawn",
+        "tensors flow through typed graphs",
+        "hello world this is a small corpus for a tiny model",
+    ] * 20
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus), model_writer=model, vocab_size=60, model_type="bpe",
+        character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        user_defined_symbols=["<|user|>"], minloglevel=2,
+    )  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tokenizer.model").write_bytes(model.getvalue())
+    settings = {
+        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+        "add_bos_token": True, "add_eos_token": False,
+        "added_tokens_decoder": {"3": {"content": "<|user|>", "special": True}},
+    }  # fmt: skip
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    return folder

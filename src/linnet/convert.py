@@ -20,7 +20,10 @@ Anything the source cannot reproduce exactly is refused, with every reason at
 once: another `model_type`, another activation, a rope scaling type other than
 llama3 (and longrope for phi3), a sliding window shorter than the context, a value that is not an
 integer generic, weights that are not SafeTensors, tensors missing or of the
-wrong shape, and stored tensors that bind nothing.
+wrong shape, stored tensors that bind nothing, and stored biases that the
+source would bind but transformers' class does not have under the config
+(`linnet.hf.families.transformers_reads`: a phi3 `lm_head.bias`, llama biases
+without `attention_bias`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,14 @@ import numpy as np
 from linnet.atomic import atomic_write, write_bytes
 from linnet.card import Card, read_card, readme_license, write_card
 from linnet.errors import LinnetError
-from linnet.hf.families import FAMILIES, LONGROPE_PATH, Family, family_source, longrope_factors
+from linnet.hf.families import (
+    FAMILIES,
+    LONGROPE_PATH,
+    Family,
+    family_source,
+    longrope_factors,
+    transformers_reads,
+)
 from linnet.hf.folder import TOKENIZER_FILES
 
 # The cache a card allocates is `MaxSeq` long; a config's context can be 128k.
@@ -139,11 +149,25 @@ def _check_weights(
     used = set(bound.names.values())
     unused = sorted(n for n in checkpoint.tensors if n not in used)
     if unused:
-        shown = ", ".join(f"`{n}`" for n in unused[:6]) + (" ..." if len(unused) > 6 else "")
         reasons.append(
-            f"{len(unused)} stored tensor(s) bind nothing in the {family.name} source: {shown}"
+            f"{len(unused)} stored tensor(s) bind nothing in the {family.name} source: "
+            + _shown(unused)
+        )
+    unread = sorted(
+        name
+        for path, name in bound.names.items()
+        if specs[path].optional and not transformers_reads(family.name, config, path)
+    )
+    if unread:
+        reasons.append(
+            f"{len(unread)} stored tensor(s) that {family.architecture} does not have under "
+            f"this config.json (the source would add them): " + _shown(unread)
         )
     return bindings, reasons
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(f"`{n}`" for n in names[:6]) + (" ..." if len(names) > 6 else "")
 
 
 def _write(

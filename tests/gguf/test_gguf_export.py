@@ -2,12 +2,16 @@
 
 Per family the example source with seeded random weights is written as GGUF and
 loaded by `from_pretrained(folder, gguf_file=...)`, which undoes llama.cpp's
-layout (the llama Q/K permutation, GPT-2's transposes) on its own: f32 logits
+layout (the llama Q/K permutation, GPT-2's transposes) on its own (qwen3 with
+head_dim 128, the only one that loader builds): f32 logits
 equal linnet.torch's within 1e-5 and 32 greedy tokens agree; f16 and bf16 equal
 linnet.torch on the same rounded weights; q8_0 and q4_0 equal linnet.torch on
 the dequantised blocks (so the bytes are llama.cpp's format) and stay within
 the quantisation error of the float logits. The tokenizer's vocabulary and
-merges are read back with gguf's own reader; the Modelfile's templates.
+merges are read back with gguf's own reader; the Modelfile's templates. Slow,
+with `llama_cpp` importable: llama.cpp runs every family's f32 and f16 file with
+linnet.torch's logits, and at f32 32 greedy tokens through its KV cache
+(test_gguf_converter.py compares the quantised files with llama.cpp's converter).
 """
 
 from __future__ import annotations
@@ -30,9 +34,7 @@ import linnet.torch as linnet_torch  # noqa: E402
 from linnet.errors import LinnetError  # noqa: E402
 from linnet.gguf.modelfile import recognise_template  # noqa: E402
 
-# transformers' GGUF loader reads no head_dim for qwen3 (its default is 128): qwen3 is
-# checked through gguf's reader instead, and through llama.cpp in the slow test.
-LOADABLE = ["gpt2", "llama", "phi3", "qwen2"]
+LOADABLE = fs.FAMILIES
 
 
 def case_generics(family: str) -> dict[str, object]:
@@ -40,11 +42,14 @@ def case_generics(family: str) -> dict[str, object]:
     if family == "gpt2":  # the loader keeps GPT2Config's n_positions (1024)
         binds["Positions"] = 1024
         binds["MaxSeq"] = 64
+    if family == "qwen3":  # the loader reads no head_dim: Qwen3Config's default, 128
+        binds["HeadDim"] = 128
     return binds
 
 
 def weights_of(family: str, seed: int = 0) -> dict[str, Any]:
-    weights = fs.linnet_weights(family, seed=seed)
+    binds = case_generics(family) if family == "qwen3" else None  # (gpt2: wpe below)
+    weights = fs.linnet_weights(family, seed=seed, binds=binds)
     if family == "gpt2":
         rng = np.random.default_rng(seed + 100)
         weights["transformer.wpe.weight"] = rng.normal(0, 0.15, (1024, 32)).astype(np.float32)
@@ -91,11 +96,12 @@ def test_f32_gguf_loads_in_transformers_with_equal_logits(
     np.testing.assert_array_equal(actual.argmax(-1), expected.argmax(-1))
 
 
-def test_llama_greedy_tokens_agree_for_32_steps(tmp_path: Path, tokenizer: Path) -> None:
-    weights = weights_of("llama", seed=3)
-    path = tmp_path / "llama.gguf"
+@pytest.mark.parametrize("family", LOADABLE)
+def test_greedy_tokens_agree_for_32_steps(family: str, tmp_path: Path, tokenizer: Path) -> None:
+    weights = weights_of(family, seed=3)
+    path = tmp_path / f"{family}.gguf"
     linnet.gguf.export(
-        fs.source("llama"), path, generics=case_generics("llama"), weights=weights, outtype="f32",
+        fs.source(family), path, generics=case_generics(family), weights=weights, outtype="f32",
         tokenizer=tokenizer,
     )  # fmt: skip
     reference = hf_from_gguf(path)
@@ -103,17 +109,14 @@ def test_llama_greedy_tokens_agree_for_32_steps(tmp_path: Path, tokenizer: Path)
     ids = torch.from_numpy(prompt.astype(np.int64))
     with torch.no_grad():
         expected = reference.generate(
-            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=32
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=32,
+            min_new_tokens=32,
         )[:, 5:]
-    module = linnet_model("llama", weights)
-    tokens = prompt
-    with torch.no_grad():
-        logits = module.run_entry("prefill", [torch.from_numpy(tokens), 0])
-        chosen = [int(logits[0, -1].argmax())]
-        for step in range(1, 32):
-            token = torch.tensor([chosen[-1]], dtype=torch.int32)
-            chosen.append(int(module.run_entry("decode", [token, 4 + step]).argmax()))
-    assert chosen == expected[0].tolist()
+    chosen = fs.linnet_greedy(linnet_model(family, weights), prompt, 32)
+    np.testing.assert_array_equal(chosen, expected.numpy())
 
 
 def rounded(weights: dict[str, Any], dtype: Any) -> dict[str, Any]:
@@ -199,7 +202,7 @@ def test_qwen3_tensors_names_and_metadata(tmp_path: Path) -> None:
     fields = {name: field.contents() for name, field in reader.fields.items()}
     assert fields["general.architecture"] == "qwen3"
     assert fields["general.name"] == "tiny-qwen3"
-    assert fields["qwen3.attention.key_length"] == 16
+    assert fields["qwen3.attention.key_length"] == 128
     assert fields["qwen3.attention.head_count_kv"] == 2
     assert fields["qwen3.rope.freq_base"] == 1000000.0
     assert abs(fields["qwen3.attention.layer_norm_rms_epsilon"] - 1e-6) < 1e-12
@@ -272,9 +275,10 @@ def test_llama_cpp_runs_our_gguf_like_linnet(family: str, outtype: str, tmp_path
     """llama.cpp (llama-cpp-python, built from source) on our file: the logits of a prompt
     equal linnet.torch's on the same stored weights (f32: f32 math in another order, 2e-3;
     f16: llama.cpp also rounds the activations to f16 in its products, 3e-2), greedy
-    (argmax) tokens agree."""
+    (argmax) tokens agree; at f32, 32 greedy tokens decoded through llama.cpp's KV cache
+    equal linnet.torch's `prefill` + `decode`."""
     llama_cpp = pytest.importorskip("llama_cpp")
-    weights = weights_of(family, seed=11)
+    weights = weights_of(family, seed=15)  # (seed 11: GPT-2 and Qwen3 repeat one token)
     fs.save_tokenizer(tmp_path / "tok")
     path = tmp_path / f"{family}.gguf"
     linnet.gguf.export(
@@ -289,10 +293,19 @@ def test_llama_cpp_runs_our_gguf_like_linnet(family: str, outtype: str, tmp_path
     prompt = fs.tokens_of((1, 8), seed=12)
     model.eval(prompt[0].tolist())
     stored = weights if outtype == "f32" else rounded(weights, np.float16)
-    ours = fs.linnet_logits(linnet_model(family, stored), prompt)[0]
+    module = linnet_model(family, stored)
+    ours = fs.linnet_logits(module, prompt)[0]
     theirs = np.asarray(model.scores[:8])
     assert gap(theirs, ours) <= {"f32": 2e-3, "f16": 3e-2}[outtype]
     np.testing.assert_array_equal(theirs.argmax(-1), ours.argmax(-1))
+    if outtype == "f32":  # 32 greedy tokens through llama.cpp's KV cache and Linnet's
+        chosen = [int(theirs[-1].argmax())]
+        for _ in range(1, 32):
+            model.eval([chosen[-1]])
+            chosen.append(int(np.asarray(model.scores[model.n_tokens - 1]).argmax()))
+        expected = fs.linnet_greedy(module, prompt, 32)[0].tolist()
+        assert chosen == expected
+        assert len(set(expected)) > 1, "a constant run proves little"
 
 
 LLAMA3 = {
@@ -357,35 +370,6 @@ def test_llama3_scaling_of_other_families_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "q.gguf").exists()
 
 
-def save_sentencepiece(folder: Path) -> Path:
-    """A tiny SentencePiece BPE model (60 pieces, `<|user|>` a special added token) with a
-    `tokenizer_config.json` naming bos/eos/unk, as a llama folder holds them."""
-    import io
-
-    spm = pytest.importorskip("sentencepiece")
-    corpus = [
-        "the quick brown fox jumps over the lazy dog",
-        "a linnet sings in the hedge at dawn",
-        "tensors flow through typed graphs",
-        "hello world this is a small corpus for a tiny model",
-    ] * 20
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(corpus), model_writer=model, vocab_size=60, model_type="bpe",
-        character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
-        user_defined_symbols=["<|user|>"], minloglevel=2,
-    )  # fmt: skip
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "tokenizer.model").write_bytes(model.getvalue())
-    settings = {
-        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-        "add_bos_token": True, "add_eos_token": False,
-        "added_tokens_decoder": {"3": {"content": "<|user|>", "special": True}},
-    }  # fmt: skip
-    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
-    return folder
-
-
 SENTENCES = ["the lazy fox", "a linnet sings at dawn", "hello world"]
 
 
@@ -394,7 +378,7 @@ def test_sentencepiece_vocabulary_is_written_as_llama_cpp_converts_it(tmp_path: 
     normal; padding unused up to the model's vocabulary), special ids and the bos flag;
     transformers' GGUF tokenizer then encodes text as sentencepiece does."""
     spm = pytest.importorskip("sentencepiece")
-    tok = save_sentencepiece(tmp_path / "tok")
+    tok = fs.save_sentencepiece(tmp_path / "tok")
     path = tmp_path / "llama.gguf"
     linnet.gguf.export(
         fs.source("llama"), path, generics=case_generics("llama"), weights=weights_of("llama"),
@@ -439,7 +423,7 @@ def test_llama_cpp_runs_llama3_scaling_with_a_sentencepiece_vocabulary(tmp_path:
     unscaled model's."""
     llama_cpp = pytest.importorskip("llama_cpp")
     spm = pytest.importorskip("sentencepiece")
-    tok = save_sentencepiece(tmp_path / "tok")
+    tok = fs.save_sentencepiece(tmp_path / "tok")
     weights = weights_of("llama", seed=3)
     path = tmp_path / "llama3.gguf"
     linnet.gguf.export(

@@ -179,3 +179,25 @@ def test_a_model_of_no_family_is_refused_with_reasons(tmp_path: Path) -> None:
     assert "phi3: no parameter `model.layers.0.self_attn.qkv_proj.weight`" in message
     assert "gpt2: no parameter `transformer.wte.weight`" in message
     assert not (tmp_path / "config.json").exists()
+
+
+def test_a_transformers5_tokenizer_config_is_written_for_both_lines(tmp_path: Path) -> None:
+    """transformers 5 saves `tokenizer_class: TokenizersBackend`, which 4.x cannot load; the
+    export names `PreTrainedTokenizerFast` (the same class in 5), keeping every other key."""
+    tok = tmp_path / "tok"
+    fs.save_tokenizer(tok)
+    source = json.loads((tok / "tokenizer_config.json").read_text())
+    assert source["tokenizer_class"] == "TokenizersBackend"
+    out = tmp_path / "out"
+    linnet.hf.export(
+        fs.source("llama"),
+        out,
+        generics=fs.generics("llama"),
+        weights=fs.linnet_weights("llama"),
+        tokenizer=tok,
+    )
+    written = json.loads((out / "tokenizer_config.json").read_text())
+    assert written == {**source, "tokenizer_class": "PreTrainedTokenizerFast"}
+    text = "the quick brown fox"
+    expected = transformers.AutoTokenizer.from_pretrained(tok)(text)["input_ids"]
+    assert transformers.AutoTokenizer.from_pretrained(out)(text)["input_ids"] == expected

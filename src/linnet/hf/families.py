@@ -566,6 +566,22 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+def transformers_reads(family: str, config: Mapping[str, object], path: str) -> bool:
+    """Whether transformers' class of `family` has the tensor `path` under `config`, for
+    the paths the sources declare optional: every bias (the std `Linear`'s) and phi3's
+    `rope_factors`. A stored bias that the class lacks would be bound by the source
+    and change its function while transformers ignores it."""
+    if not path.endswith(".bias") or family == "gpt2":
+        return True
+    if path == "lm_head.bias":
+        return False
+    if family in ("llama", "qwen3") and ".self_attn." in path:
+        return config.get("attention_bias") is True
+    if family == "llama" and ".mlp." in path:
+        return config.get("mlp_bias") is True
+    return False  # qwen2's o_proj and MLP, mistral's and phi3's projections
+
+
 def recognise(paths: Set[str], bound: Set[str], generics: Set[str]) -> tuple[Family, list[str]]:
     """The one family these parameter paths, bound tensors and generics fit, with the
     reasons every other family gave; a `LinnetError` listing each family's reasons if none fits."""

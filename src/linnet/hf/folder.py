@@ -16,6 +16,9 @@ linears are `std.quant`'s `Int4GroupLinear` is written in the GPTQ format with
 its `quantization_config` (`linnet.hf.gptq`); a tensor stored
 as it is written (same dtype, same bytes) is copied file to file by the kernel
 (`save_safetensors_streamed`), so an export costs about a file copy.
+The tokenizer files are copied as they are, except a `tokenizer_config.json`
+naming transformers 5's `TokenizersBackend`, which 4.x lacks: it gets the name
+both lines know, `PreTrainedTokenizerFast` (5's alias of the same class).
 """
 
 from __future__ import annotations
@@ -243,8 +246,34 @@ def _copy_tokenizer(tokenizer: Path, folder: Path) -> None:
     for name in names:
         if (source / name).resolve() == (folder / name).resolve():
             continue
+        if name == "tokenizer_config.json" and "tokenizer.json" in names:
+            settings = _portable_tokenizer_config(source / name)
+            if settings is not None:
+                _write_json(folder / name, settings)
+                continue
         with (source / name).open("rb") as src, atomic_write(folder / name) as out:
             shutil.copyfileobj(src, out)
+
+
+# transformers 5 writes `tokenizer_class` `TokenizersBackend` for a plain `tokenizer.json`
+# tokenizer, a class 4.x does not have (its AutoTokenizer refuses the folder); in 5,
+# `PreTrainedTokenizerFast` is the same class, and 4.x has it too.
+PORTABLE_TOKENIZER_CLASSES = {"TokenizersBackend": "PreTrainedTokenizerFast"}
+
+
+def _portable_tokenizer_config(path: Path) -> dict[str, object] | None:
+    """`tokenizer_config.json` with a 5-only `tokenizer_class` renamed to the class both
+    transformers 4.x and 5 know (None: the file is copied as it is)."""
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise LinnetError(f"tokenizer: {path}: {exc}") from None
+    if not isinstance(settings, dict):
+        return None
+    portable = PORTABLE_TOKENIZER_CLASSES.get(str(settings.get("tokenizer_class")))
+    if portable is None:
+        return None
+    return {**settings, "tokenizer_class": portable}
 
 
 def special_token_ids(tokenizer: str | os.PathLike[str] | None) -> dict[str, object]:

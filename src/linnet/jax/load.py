@@ -372,10 +372,15 @@ def open_entry(
     stablehlo: bool,
     tensor_parallel: Any = None,
 ) -> LinnetJaxFunction:
-    """What `load` and `load_source` share: check, bind, pick the entry, bind the weights."""
+    """What `load` and `load_source` share: check, bind, pick the entry, bind the weights.
+    A model card folder (`linnet.card`) fills what the caller leaves out."""
+    from linnet.card import loader_arguments
     from linnet.ir.bind import bind, module_entry
     from linnet.target import block_entry, module_entry_info, root_block
 
+    source, generics, weights, root, bindings = loader_arguments(
+        source, generics, weights, root, bindings
+    )
     program = check_program(source, std_root)
     module = program.graph.roots[0]
     if tensor_parallel is not None:

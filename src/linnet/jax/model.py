@@ -258,6 +258,9 @@ def load_model(
 ) -> JaxModel:
     """Every entry of the root block on XLA, over one copy of the weights (see `JaxModel`).
 
+    `source` may also be a model card folder (`linnet.card`): its source,
+    generics, weights, root and bindings fill what the caller leaves out.
+
     `mesh` (a `jax.sharding.Mesh`) shards the weights and the state over its
     devices (`mesh_sharding` says how) and compiles each entry partitioned
     over them by XLA; by default everything lives on JAX's default device.
@@ -268,10 +271,14 @@ def load_model(
     once, beside the packed one (`linnet.jax.dequantize`); `dequantize=False`
     keeps only the packed weights and decodes them on every call (the std bodies).
     """
+    from linnet.card import loader_arguments
     from linnet.ir.bind import bind
     from linnet.ir.parallel import warn_unsharded
     from linnet.jax.load import UNSHARDED_HOW
 
+    source, generics, weights, root, bindings = loader_arguments(
+        source, generics, weights, root, bindings
+    )
     program = check_program(source, std_root)
     if tensor_parallel is not None:
         from linnet.jax.parallel import tensor_parallel_for
