@@ -51,13 +51,24 @@ _GRAPH_OPTIONS = {
 }
 """The provider option that turns on CUDA graph capture, per provider."""
 
+CPU_SPINNING = False
+"""Whether the CPU sessions' idle pool threads spin (ONNX Runtime's own default) or sleep.
+
+Batch-1 decoding is a chain of memory-bound matrix-vector products with small
+ops between them; spinning threads pick up the next product sooner, but on a
+machine shared with other work they take the cores that product needs.
+Measured by `bench/decode_defaults.py` (the two settings alternated per round;
+the figures are in its table and the issue notes). This is the only setting in
+which our default differs from ONNX Runtime's (`session_options`);
+`load_model(session_options=...)` chooses per model."""
+
 _shared_arena = False
 
 
 def session_options(device: Device, base: ort.SessionOptions | None = None) -> ort.SessionOptions:
     """The options of every session: the caller's `base`, or full graph optimisation
-    (and no spinning pool threads on the CPU); on the CPU, the process-wide shared
-    arena (one arena for all entries' sessions).
+    (and pool threads spinning as `CPU_SPINNING` says, on the CPU); on the CPU, the
+    process-wide shared arena (one arena for all entries' sessions).
 
     `base` is used as given (it is the caller's choice of threads, spinning,
     profiling...), with the shared-arena entry added on the CPU.
@@ -68,13 +79,7 @@ def session_options(device: Device, base: ort.SessionOptions | None = None) -> o
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # warnings about unused initialisers are noise here
-        if device.kind == "cpu":
-            # Idle pool threads sleep instead of spinning: batch-1 decoding is a
-            # chain of memory-bound matrix-vector products, and on a machine
-            # shared with other work spinning threads take the cores the next
-            # product needs. On 2 shared cores (bench/onnx_decode.py, 22-layer
-            # Llama) this decoded 0.92x to 1.12x as fast as spinning, and
-            # 1.1x to 1.4x under load; `session_options=` restores spinning.
+        if device.kind == "cpu" and not CPU_SPINNING:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if device.kind == "cpu":
         if not _shared_arena:
