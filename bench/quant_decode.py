@@ -208,6 +208,8 @@ def run(args: argparse.Namespace, folder: Path) -> None:
         # ONNX Runtime reads int8 weights it dequantised at load, unless int8_activations
         read = dense if name in ("int8", "fp8", "mxfp4") else stored
         progress(f"{name}: load_model and sessions")
+        fast: Any = None
+        module: Any = None
         model = linnet.onnx.load_model(source, generics=generics, weights=weights)
         model.prepare("prefill", [TensorType(prompt.shape, "i32"), scalar], argmax=True)
         model.prepare("decode", [TensorType((1,), "i32"), scalar], argmax=True)
@@ -235,7 +237,7 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             seconds = statistics.median(go()[1] for _ in range(args.rounds))
             rows.append((label, label, name, name, seconds, per_token))
             tokens[(label, name)] = kept
-        del model, runs
+        del model, fast, module, runs  # before llama.cpp maps its file, and the next variant
         outtype = peer_of(name)
         if outtype in ggufs:
             progress(f"{name}: llama.cpp {outtype} decoding (child process)")
