@@ -40,7 +40,7 @@ ours over llama.cpp's rate at the matching precision (f32 / Q8_0 / Q4_0).
 
     .venv/bin/python bench/quant_decode.py [--shape tinyllama|medium|small] [--layers N]
         [--group 128] [--new 32] [--rounds 2] [--no-torch] [--extra fp8,mxfp4]
-        [--threads N] [--no-llama-cpp]
+        [--threads N] [--no-llama-cpp] [--no-dequantised]
 
 (with llama.cpp built elsewhere: `PYTHONPATH=/path/to/site` holding `llama_cpp`)
 """
@@ -127,6 +127,11 @@ def main() -> None:
         help="llama.cpp's threads (default: the CPUs this process may use)",
     )  # fmt: skip
     parser.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out")
+    parser.add_argument(
+        "--no-dequantised", action="store_true",
+        help="leave out the load_model rows that dequantise int8 / fp8 / mxfp4 weights at load "
+        "(f32 speed; each of their sessions folds an f32 copy: about 9 GB at TinyLlama shape)",
+    )  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="quant-decode-") as scratch:
         run(args, Path(scratch))
@@ -207,16 +212,18 @@ def run(args: argparse.Namespace, folder: Path) -> None:
         dense = sum(a.nbytes for a in floats.values()) - embed + 4 * cache
         # ONNX Runtime reads int8 weights it dequantised at load, unless int8_activations
         read = dense if name in ("int8", "fp8", "mxfp4") else stored
-        progress(f"{name}: load_model and sessions")
+        model: Any = None
         fast: Any = None
         module: Any = None
-        model = linnet.onnx.load_model(source, generics=generics, weights=weights)
-        model.prepare("prefill", [TensorType(prompt.shape, "i32"), scalar], argmax=True)
-        model.prepare("decode", [TensorType((1,), "i32"), scalar], argmax=True)
-        runs: list[Callable[[], tuple[list[int], float]]] = [
-            lambda m=model: onnx_decode(m, prompt, args.new)
-        ]
-        labels = [("linnet.onnx (load_model)", read)]
+        runs: list[Callable[[], tuple[list[int], float]]] = []
+        labels = []
+        if not (args.no_dequantised and read == dense and name != "f32"):
+            progress(f"{name}: load_model and sessions")
+            model = linnet.onnx.load_model(source, generics=generics, weights=weights)
+            model.prepare("prefill", [TensorType(prompt.shape, "i32"), scalar], argmax=True)
+            model.prepare("decode", [TensorType((1,), "i32"), scalar], argmax=True)
+            runs.append(lambda m=model: onnx_decode(m, prompt, args.new))
+            labels.append(("linnet.onnx (load_model)", read))
         if name in ("int8", f"int4-g{group}"):
             progress(f"{name}: load_model(int8_activations=True) and sessions")
             fast = linnet.onnx.load_model(
@@ -237,6 +244,7 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             seconds = statistics.median(go()[1] for _ in range(args.rounds))
             rows.append((label, label, name, name, seconds, per_token))
             tokens[(label, name)] = kept
+            progress(f"{name}: {label}: {steps / seconds:.2f} tokens/s")
         del model, fast, module, runs  # before llama.cpp maps its file, and the next variant
         outtype = peer_of(name)
         if outtype in ggufs:
@@ -249,6 +257,7 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             rows.append((label, label, outtype.upper(), name, done["seconds"],
                          done["bytes"] + 2 * cache))  # fmt: skip
             tokens[(label, outtype.upper())] = done["tokens"]
+            progress(f"{name}: {label} {outtype}: {steps / done['seconds']:.2f} tokens/s")
 
     print(
         f"# Llama {sizes}, batch 1, prompt {args.prompt}, {args.new} new tokens "
