@@ -57,10 +57,19 @@ CPU_SPINNING = False
 Batch-1 decoding is a chain of memory-bound matrix-vector products with small
 ops between them; spinning threads pick up the next product sooner, but on a
 machine shared with other work they take the cores that product needs.
-Measured by `bench/decode_defaults.py` (the two settings alternated per round;
-the figures are in its table and the issue notes). This is the only setting in
-which our default differs from ONNX Runtime's (`session_options`);
-`load_model(session_options=...)` chooses per model."""
+This is the only setting in which our default differs from ONNX Runtime's
+(`session_options`); `load_model(session_options=...)` chooses per model.
+
+Chosen by `bench/decode_defaults.py` (both settings alternated round by round,
+rotated order, median tokens/s), on 2 cores shared with other work:
+- 4-layer H=1024 Llama, load 8.8-9.4, 8 rounds: spinning off 27.7, on 12.7
+  (on / off 0.54, range 0.37-0.60, on faster in 0 of 8 rounds);
+- TinyLlama shape (22 layers, 4.4 GB f32), load 5.2-8.2, 6 rounds: off 2.13,
+  on 1.11 (0.63, range 0.37-1.04, on faster in 1 of 6).
+Single unalternated runs in the issue had spinning ahead, 1.31x busy and 1.10x
+on a quieter machine. So: off. Under load spinning lost up to 2.7x in a round,
+where it has been seen to gain 1.1-1.3x; a quiet machine's rerun of the study
+decides whether that gain is worth the loss on a shared one."""
 
 _shared_arena = False
 
