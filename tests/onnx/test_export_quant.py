@@ -182,6 +182,7 @@ def test_int8_activations_blocks_are_the_first_of_int8_blocks_dividing_in(
     rng = np.random.default_rng(width)
     x = rng.normal(size=(2, width)).astype(np.float32)
     q = rng.integers(-127, 128, (5, width)).astype(np.int8)
+    q[0, :4] = [-128, 127, 0, -1]  # the ends of the byte: B = q + 128 wraps nothing
     inputs = [x, q, rng.uniform(0.001, 0.05, 5).astype(np.float32), np.zeros(5, np.float32)]
     fn = _function("eight", inputs)
     expected, _ = run_function(fn, {}, {}, inputs)

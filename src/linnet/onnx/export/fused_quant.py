@@ -238,8 +238,12 @@ def _int8_nbits(
     """`B = q + 128` in `[N, K/block, block]`, the row's scale per block, zero points 128."""
     weight, scale, bias = operands
     blocks = width // block
-    wide = em.one("Add", [em.cast(em.name(weight), "i8", "i32"), em.const(np.int32(128), "i32")])
-    b = em.one("Reshape", [em.cast(wide, "i32", "u8"), em.ints([rows, blocks, block])])
+    # q + 128 in one byte: the bits of q read as u8 (Cast wraps modulo 256), top bit flipped;
+    # no wider intermediate (at load, ONNX Runtime folds this over the whole weight)
+    shifted = em.one(
+        "BitwiseXor", [em.cast(em.name(weight), "i8", "u8"), em.const(np.uint8(128), "u8")]
+    )
+    b = em.one("Reshape", [shifted, em.ints([rows, blocks, block])])
     column = em.one("Reshape", [em.name(scale), em.ints([rows, 1])])
     scales = em.one("Reshape", [em.one("Expand", [column, em.ints([rows, blocks])]), em.ints([-1])])
     zeros = em.one("Expand", [em.const(np.array([128], np.uint8), "u8"), em.ints([rows * blocks])])
