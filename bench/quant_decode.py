@@ -20,9 +20,18 @@ The float checkpoint is quantised by `linnet.quant.quantize_checkpoint`
 (round to nearest; every projection and `lm_head`) before timing. Batch-1
 decoding reads every weight once per token (all but the embedding table), so
 tokens/s are capped by read bandwidth over bytes per token; the bandwidth is a
-NumPy probe in the same run (`bench/onnx_decode.py`'s). llama.cpp runs on
-GGUF files of the same weights when `llama_cpp` is importable; when it is
-not, its column is left out with a note (it is not built here).
+NumPy probe in the same run (`bench/onnx_decode.py`'s).
+
+llama.cpp (when `llama_cpp` is importable; otherwise its rows are left out
+with a note) decodes GGUF files of the same weights, each in a child process
+(`bench/llama_cpp_runs.py`): f32 from the float checkpoint, Q8_0 from the
+int8 checkpoint's integers (`Int8Linear` rows are Q8_0 blocks with the row's
+scale), Q4_0 from the f32 file by llama.cpp's `llama_model_quantize` (the
+int4 group-128 asymmetric layout has no GGUF block type; the run says which
+way each file was made), with `--threads` threads (default: the CPUs this
+process may use, ONNX Runtime's default pool size here), the same prompt and
+number of new tokens, greedy, decode timed alone. The `vs llama.cpp` column is
+ours over llama.cpp's rate at the matching precision (f32 / Q8_0 / Q4_0).
 
 `--extra fp8,mxfp4` adds the FP8 (E4M3 rows) and MXFP4 variants
 (`quantize_checkpoint(scheme=...)`); ONNX Runtime has no kernel for them, so
@@ -31,6 +40,9 @@ not, its column is left out with a note (it is not built here).
 
     .venv/bin/python bench/quant_decode.py [--shape tinyllama|medium|small] [--layers N]
         [--group 128] [--new 32] [--rounds 2] [--no-torch] [--extra fp8,mxfp4]
+        [--threads N] [--no-llama-cpp] [--no-dequantised]
+
+(with llama.cpp built elsewhere: `PYTHONPATH=/path/to/site` holding `llama_cpp`)
 """
 
 from __future__ import annotations
@@ -89,16 +101,12 @@ def progress(text: str) -> None:
     print(f"# {time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
 
-def llama_cpp_note() -> str:
-    if importlib.util.find_spec("llama_cpp") is None:
-        return (
-            "llama.cpp: `llama_cpp` is not importable here (llama-cpp-python is not built), "
-            "so its f32 / Q8_0 / Q4_0 columns are left out"
-        )
-    return (
-        "llama.cpp: importable, but its runs are not wired into this benchmark yet "
-        "(linnet.gguf.export writes Q8_0 / Q4_0 / Q4_1 / MXFP4 from these layouts): skipped"
-    )
+PEERS = {"f32": "f32", "int8": "q8_0", "int4": "q4_0"}
+"""Our precision (its name up to `-g`) -> the llama.cpp GGUF type it is compared with."""
+
+
+def peer_of(name: str) -> str | None:
+    return PEERS.get(name.split("-g")[0])
 
 
 def main() -> None:
@@ -114,7 +122,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-torch", action="store_true", help="ONNX Runtime only")
     parser.add_argument("--extra", default="", help="comma-separated: fp8, mxfp4")
+    parser.add_argument(
+        "--threads", type=int, default=len(os.sched_getaffinity(0)),
+        help="llama.cpp's threads (default: the CPUs this process may use)",
+    )  # fmt: skip
+    parser.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out")
+    parser.add_argument(
+        "--no-dequantised", action="store_true",
+        help="leave out the load_model rows that dequantise int8 / fp8 / mxfp4 weights at load "
+        "(f32 speed; each of their sessions folds an f32 copy: about 9 GB at TinyLlama shape)",
+    )  # fmt: skip
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="quant-decode-") as scratch:
+        run(args, Path(scratch))
+
+
+def run(args: argparse.Namespace, folder: Path) -> None:
     sizes = dict(SHAPES[args.shape])
     if args.layers:
         sizes["Layers"] = args.layers
@@ -131,6 +154,8 @@ def main() -> None:
     from linnet.weights import read_safetensors
 
     decode_bench = _module("onnx_decode_bench", ROOT / "bench" / "onnx_decode.py")
+    peer = _module("llama_cpp_runs", ROOT / "bench" / "llama_cpp_runs.py")
+    with_peer = not args.no_llama_cpp and peer.available()
 
     def onnx_decode(model: Any, prompt: Array, new: int) -> tuple[list[int], float]:
         """Greedy tokens and the seconds of the new - 1 decode steps (`onnx_decode.py`'s)."""
@@ -144,7 +169,6 @@ def main() -> None:
     start = time.perf_counter()
     floats = make_weights.make_weights(generics, seed=0)
     made_s = time.perf_counter() - start
-    folder = Path(tempfile.mkdtemp(prefix="quant-decode-"))
     variants: dict[str, tuple[Path, Any]] = {"f32": (SOURCE, floats)}
     quantise_s = {}
     progress(f"weights made in {made_s:.1f} s; quantising")
@@ -164,27 +188,42 @@ def main() -> None:
         quantise_s[name] = time.perf_counter() - start
         variants[name] = (source, read_safetensors(target))
 
+    ggufs: dict[str, tuple[Path, str]] = {}
+    if with_peer:
+        progress("GGUF files for llama.cpp")
+        start = time.perf_counter()
+        peer_sources = {
+            peer_of(n): v for n, v in variants.items() if n != "f32" and peer_of(n) is not None
+        }
+        ggufs = peer.write_ggufs(folder, generics, variants["f32"], peer_sources)
+        gguf_s = time.perf_counter() - start
+
     prompt = np.random.default_rng(1).integers(0, sizes["Vocab"], (1, args.prompt))
     prompt = prompt.astype(np.int32)
     scalar = TensorType((), "i32")
     steps = args.new - 1
-    rows: list[tuple[str, str, float, float]] = []  # backend, precision, seconds, bytes/token
+    # (path family, path, weights shown, our precision, seconds, bytes read per token)
+    rows: list[tuple[str, str, str, str, float, float]] = []
     tokens: dict[tuple[str, str], list[int]] = {}
     embed = floats["model.embed_tokens.weight"].nbytes
+    cache = 2 * sizes["Layers"] * sizes["KvHeads"] * max_seq * (sizes["H"] // sizes["Heads"])
     for name, (source, weights) in variants.items():
-        cache = 2 * sizes["Layers"] * sizes["KvHeads"] * max_seq * (sizes["H"] // sizes["Heads"])
         stored = sum(a.nbytes for a in weights.values()) - embed + 4 * cache
         dense = sum(a.nbytes for a in floats.values()) - embed + 4 * cache
         # ONNX Runtime reads int8 weights it dequantised at load, unless int8_activations
         read = dense if name in ("int8", "fp8", "mxfp4") else stored
-        progress(f"{name}: load_model and sessions")
-        model = linnet.onnx.load_model(source, generics=generics, weights=weights)
-        model.prepare("prefill", [TensorType(prompt.shape, "i32"), scalar], argmax=True)
-        model.prepare("decode", [TensorType((1,), "i32"), scalar], argmax=True)
-        runs: list[Callable[[], tuple[list[int], float]]] = [
-            lambda m=model: onnx_decode(m, prompt, args.new)
-        ]
-        labels = [("linnet.onnx (load_model)", read)]
+        model: Any = None
+        fast: Any = None
+        module: Any = None
+        runs: list[Callable[[], tuple[list[int], float]]] = []
+        labels = []
+        if not (args.no_dequantised and read == dense and name != "f32"):
+            progress(f"{name}: load_model and sessions")
+            model = linnet.onnx.load_model(source, generics=generics, weights=weights)
+            model.prepare("prefill", [TensorType(prompt.shape, "i32"), scalar], argmax=True)
+            model.prepare("decode", [TensorType((1,), "i32"), scalar], argmax=True)
+            runs.append(lambda m=model: onnx_decode(m, prompt, args.new))
+            labels.append(("linnet.onnx (load_model)", read))
         if name in ("int8", f"int4-g{group}"):
             progress(f"{name}: load_model(int8_activations=True) and sessions")
             fast = linnet.onnx.load_model(
@@ -199,13 +238,26 @@ def main() -> None:
             module = linnet.torch.load(source, generics=generics, weights=weights, compile=True)
             runs.append(lambda m=module: torch_decode(m, prompt, args.new))
             labels.append(("linnet.torch", dense))
-        for run, (label, per_token) in zip(runs, labels, strict=True):
+        for go, (label, per_token) in zip(runs, labels, strict=True):
             progress(f"{name}: {label} decoding")
-            kept, _ = run()  # warm-up (lowering, session creation, dequantise once)
-            seconds = statistics.median(run()[1] for _ in range(args.rounds))
-            rows.append((label, name, seconds, per_token))
+            kept, _ = go()  # warm-up (lowering, session creation, dequantise once)
+            seconds = statistics.median(go()[1] for _ in range(args.rounds))
+            rows.append((label, label, name, name, seconds, per_token))
             tokens[(label, name)] = kept
-        del model
+            progress(f"{name}: {label}: {steps / seconds:.2f} tokens/s")
+        del model, fast, module, runs  # before llama.cpp maps its file, and the next variant
+        outtype = peer_of(name)
+        if outtype in ggufs:
+            progress(f"{name}: llama.cpp {outtype} decoding (child process)")
+            done = peer.decode_in_child(
+                ggufs[outtype][0], prompt[0].tolist(), args.new, args.threads, args.rounds
+            )
+            label = f"llama.cpp, {args.threads} threads"
+            # llama.cpp's KV cache is f16 by default
+            rows.append((label, label, outtype.upper(), name, done["seconds"],
+                         done["bytes"] + 2 * cache))  # fmt: skip
+            tokens[(label, outtype.upper())] = done["tokens"]
+            progress(f"{name}: {label} {outtype}: {steps / done['seconds']:.2f} tokens/s")
 
     print(
         f"# Llama {sizes}, batch 1, prompt {args.prompt}, {args.new} new tokens "
@@ -217,16 +269,29 @@ def main() -> None:
         f"{made_s:.1f} s; quantised (rtn, every projection and lm_head) in "
         + ", ".join(f"{k} {v:.1f} s" for k, v in quantise_s.items())
     )
-    print("| path | weights | tokens/s | vs f32 | ms/token | MB/token | GB/s | of bandwidth |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    base = {label: seconds for label, name, seconds, _ in rows if name == "f32"}
+    if ggufs:
+        print(f"# GGUF files written in {gguf_s:.1f} s:")
+        for outtype, (_, how) in ggufs.items():
+            print(f"#   {outtype.upper()}: {how}")
+    print(
+        "| path | weights | tokens/s | vs f32 | vs llama.cpp | ms/token | MB/token | GB/s "
+        "| of bandwidth |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    base = {family: seconds for family, _, _, name, seconds, _ in rows if name == "f32"}
+    peers = {name: seconds for family, _, _, name, seconds, _ in rows if family.startswith("llama")}
     onnx_f32 = base["linnet.onnx (load_model)"]
-    for label, name, seconds, per_token in rows:
+    for family, label, shown, name, seconds, per_token in rows:
         rate = steps / seconds
+        versus = (
+            f"{peers[name] / seconds:.2f}x"
+            if name in peers and not family.startswith("llama")
+            else ""
+        )
         print(
-            f"| {label} | {name} | {rate:.2f} | {base.get(label, onnx_f32) / seconds:.2f}x | "
-            f"{seconds / steps * 1e3:.1f} | {per_token / 1e6:.1f} | {rate * per_token / 1e9:.1f}"
-            f" | {rate * per_token / bandwidth:.0%} |"
+            f"| {label} | {shown} | {rate:.2f} | {base.get(family, onnx_f32) / seconds:.2f}x | "
+            f"{versus} | {seconds / steps * 1e3:.1f} | {per_token / 1e6:.1f} | "
+            f"{rate * per_token / 1e9:.1f} | {rate * per_token / bandwidth:.0%} |"
         )
     reference = tokens[("linnet.onnx (load_model)", "f32")]
     agree = ", ".join(
@@ -237,9 +302,15 @@ def main() -> None:
     print(
         "# MB/token is what each path reads per step: linnet.torch (all precisions) and the "
         "ONNX int8, fp8 and mxfp4 rows without int8_activations read f32 weights dequantised "
-        "once at load"
+        "once at load; llama.cpp's KV cache is f16"
     )
-    print(f"# {llama_cpp_note()}")
+    if not ggufs:
+        why = (
+            "--no-llama-cpp"
+            if args.no_llama_cpp
+            else "`llama_cpp` is not importable here (llama-cpp-python is not built)"
+        )
+        print(f"# llama.cpp: left out ({why})")
 
 
 if __name__ == "__main__":

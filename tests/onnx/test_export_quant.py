@@ -170,3 +170,27 @@ def test_fp8_and_mxfp4_are_matmuls_on_weights_marked_for_folding(lead: tuple[int
     for name, inputs in (("fp8", [x, q, scale, bias]), ("mxfp4", [x, blocks, scales, bias])):
         kinds = _kernels(_function(name, inputs), inputs)
         assert kinds.count("fold") == 2 and kinds.count("MatMul") == 2, name
+
+
+@pytest.mark.parametrize(("width", "block"), [(256, 128), (192, 64), (96, 32), (48, 16)])
+def test_int8_activations_blocks_are_the_first_of_int8_blocks_dividing_in(
+    width: int, block: int
+) -> None:
+    """The int8 kernel's block (how many activations share an int8 scale) is the first of
+    `INT8_BLOCKS` dividing `In`; whatever it is, the row's scale makes the weight exact
+    and only the activations are rounded (close to the f32 function, not equal)."""
+    rng = np.random.default_rng(width)
+    x = rng.normal(size=(2, width)).astype(np.float32)
+    q = rng.integers(-127, 128, (5, width)).astype(np.int8)
+    q[0, :4] = [-128, 127, 0, -1]  # the ends of the byte: B = q + 128 wraps nothing
+    inputs = [x, q, rng.uniform(0.001, 0.05, 5).astype(np.float32), np.zeros(5, np.float32)]
+    fn = _function("eight", inputs)
+    expected, _ = run_function(fn, {}, {}, inputs)
+    exported = export_ir(fn, fused=True, int8_activations=True)
+    for node in (n for n in exported.model.graph.node if n.op_type == "MatMulNBits"):
+        attrs = {a.name: a.i for a in node.attribute}
+        assert (attrs["bits"], attrs["block_size"], attrs["accuracy_level"]) == (8, block, 4)
+    got, _ = run_onnx(exported, inputs)
+    for a, e in zip(got, expected, strict=True):
+        error = np.abs(a - e).max() / np.abs(e).max()
+        assert 0 < error < 0.02, (width, error)

@@ -267,6 +267,24 @@ def test_session_options_are_every_sessions_options() -> None:
         assert used.get_session_config_entry("session.use_env_allocators") == "1"
 
 
+def test_default_cpu_sessions_spin_as_cpu_spinning_says() -> None:
+    """The default CPU options differ from ONNX Runtime's only where `CPU_SPINNING` says
+    (ONNX Runtime spins by default: the key is absent there)."""
+    from linnet.onnx.runtime.session import CPU_SPINNING
+
+    model = load_model(MLP, generics=GENERICS, weights=mlp_weights())
+    model.run_entry("forward", [np.ones((2, 6), np.float32)])
+    (entry,) = model.sessions
+    used = entry.session.get_session_options()
+    assert used.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    assert used.intra_op_num_threads == ort.SessionOptions().intra_op_num_threads
+    if CPU_SPINNING:
+        with pytest.raises(RuntimeError):
+            used.get_session_config_entry("session.intra_op.allow_spinning")
+    else:
+        assert used.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
 def test_bf16_on_the_cpu_is_a_clear_error() -> None:
     source = """module b
 pub block Scale<N: Dim> {

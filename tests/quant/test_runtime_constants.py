@@ -87,3 +87,33 @@ def test_act_order_permutes_the_inputs_of_the_kernel() -> None:
     (session,) = model.sessions
     assert "MatMulNBits" in {n.op_type for n in session.proto.graph.node}
     assert "four.order" not in session.constant_paths
+
+
+def test_one_session_options_object_serves_every_session_of_every_model() -> None:
+    """The caller's `session_options` is shared by all sessions (`load_model`), and the
+    in-memory files of the constants are registered on it: each session's files have
+    names of their own, so a second session, a second model with other weights on the
+    same object, and the session remade after `update_weights` each read their own."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(7)
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    models, cases = [], []
+    for _ in range(2):
+        packed, scale, zero = int4_groups(rng.standard_normal((8, 64)).astype(np.float32), 32)
+        q8, s8 = int8_rows(rng.standard_normal((4, 8)).astype(np.float32))
+        weights = {
+            "four.weight": packed, "four.scale": scale, "four.zero": zero,
+            "eight.weight": q8, "eight.scale": s8, "gain": np.ones(4, np.float32),
+        }  # fmt: skip
+        models.append(load_model(SOURCE, weights=weights, session_options=options))
+        cases.append(weights)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    close = {"rtol": 1e-5, "atol": 1e-4}  # f32 sums of terms near 20 (vs f64)
+    for model, weights in zip(models, cases, strict=True):
+        np.testing.assert_allclose(model.run_entry("forward", [x]), reference(weights, x), **close)
+    changed = {**cases[0], "eight.weight": -cases[0]["eight.weight"]}
+    models[0].update_weights({"eight.weight": changed["eight.weight"]})
+    np.testing.assert_allclose(models[0].run_entry("forward", [x]), reference(changed, x), **close)
+    np.testing.assert_allclose(models[1].run_entry("forward", [x]), reference(cases[1], x), **close)

@@ -18,10 +18,17 @@ provider).
 
 Such a session has those weights baked in: `OnnxModel.update_weights` drops
 it, and the next call makes a new one.
+
+The in-memory files are registered on the session's options, and a caller's
+`load_model(session_options=...)` object serves every session of the model
+(and of other models given it); ONNX Runtime refuses a file name registered
+twice on one object. So each promoted weight gets a file name no other
+session in the process has (`_file_ids`), and no session can read another's.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +39,9 @@ import onnxruntime as ort  # type: ignore[import-untyped]
 from linnet.onnx.export.fused_quant import DOMAIN, FOLD_MARK, OP_TYPE, QUANTISED_INPUTS
 
 Array = np.ndarray[Any, Any]
+
+_file_ids = itertools.count()
+"""Numbers for in-memory file names, unique in the process (`next` is atomic in CPython)."""
 
 
 def constant_weights(
@@ -63,7 +73,7 @@ def constant_weights(
         if value.name not in chosen:
             continue
         host = np.ascontiguousarray(values[weights[value.name]].numpy())
-        file = f"linnet-weight-{len(files)}-{value.name}"
+        file = f"linnet-weight-{next(_file_ids)}-{value.name}"
         files[file] = host.reshape(-1).view(np.uint8)
         tensor = onnx.TensorProto()
         tensor.name = value.name

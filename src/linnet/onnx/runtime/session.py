@@ -51,13 +51,33 @@ _GRAPH_OPTIONS = {
 }
 """The provider option that turns on CUDA graph capture, per provider."""
 
+CPU_SPINNING = False
+"""Whether the CPU sessions' idle pool threads spin (ONNX Runtime's own default) or sleep.
+
+Batch-1 decoding is a chain of memory-bound matrix-vector products with small
+ops between them; spinning threads pick up the next product sooner, but on a
+machine shared with other work they take the cores that product needs.
+This is the only setting in which our default differs from ONNX Runtime's
+(`session_options`); `load_model(session_options=...)` chooses per model.
+
+Chosen by `bench/decode_defaults.py` (both settings alternated round by round,
+rotated order, median tokens/s), on 2 cores shared with other work:
+- 4-layer H=1024 Llama, load 8.8-9.4, 8 rounds: spinning off 27.7, on 12.7
+  (on / off 0.54, range 0.37-0.60, on faster in 0 of 8 rounds);
+- TinyLlama shape (22 layers, 4.4 GB f32), load 5.2-8.2, 6 rounds: off 2.13,
+  on 1.11 (0.63, range 0.37-1.04, on faster in 1 of 6).
+Single unalternated runs in the issue had spinning ahead, 1.31x busy and 1.10x
+on a quieter machine. So: off. Under load spinning lost up to 2.7x in a round,
+where it has been seen to gain 1.1-1.3x; a quiet machine's rerun of the study
+decides whether that gain is worth the loss on a shared one."""
+
 _shared_arena = False
 
 
 def session_options(device: Device, base: ort.SessionOptions | None = None) -> ort.SessionOptions:
     """The options of every session: the caller's `base`, or full graph optimisation
-    (and no spinning pool threads on the CPU); on the CPU, the process-wide shared
-    arena (one arena for all entries' sessions).
+    (and pool threads spinning as `CPU_SPINNING` says, on the CPU); on the CPU, the
+    process-wide shared arena (one arena for all entries' sessions).
 
     `base` is used as given (it is the caller's choice of threads, spinning,
     profiling...), with the shared-arena entry added on the CPU.
@@ -68,13 +88,7 @@ def session_options(device: Device, base: ort.SessionOptions | None = None) -> o
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # warnings about unused initialisers are noise here
-        if device.kind == "cpu":
-            # Idle pool threads sleep instead of spinning: batch-1 decoding is a
-            # chain of memory-bound matrix-vector products, and on a machine
-            # shared with other work spinning threads take the cores the next
-            # product needs. On 2 shared cores (bench/onnx_decode.py, 22-layer
-            # Llama) this decoded 0.92x to 1.12x as fast as spinning, and
-            # 1.1x to 1.4x under load; `session_options=` restores spinning.
+        if device.kind == "cpu" and not CPU_SPINNING:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if device.kind == "cpu":
         if not _shared_arena:
