@@ -29,6 +29,7 @@ from linnet.onnx.importer.graph import REGISTRY
 from linnet.sourcegen.finish import ImportResult, finish_import
 from linnet.sourcegen.graph import Node
 from linnet.sourcegen.refusals import refusal_error
+from linnet.sourcegen.stated_where import StatedClause
 from linnet.sourcegen.translate import Refusal
 from linnet.torch.importer.aten import Untranslated, aten_graph
 from linnet.torch.importer.capture import capture
@@ -73,7 +74,23 @@ def export_linnet(
         root_name=root_name,
         std_root=std_root,
         type_names=type_names,
+        where=_stated_bounds(cap.bounds, cap.dims),
     )
+
+
+def _stated_bounds(
+    bounds: dict[str, tuple[int, int | None]], dims: dict[str, str]
+) -> list[StatedClause]:
+    """`S >= 4` and `S <= 64` for `Dim("S", min=4, max=64)` (a lower bound of 0 or 1
+    says nothing: extents are positive)."""
+    clauses: list[StatedClause] = []
+    for name in sorted(set(dims.values())):
+        low, high = bounds.get(name, (0, None))
+        if low > 1:
+            clauses.append(([[1, [name]]], ">=", [[low, []]], f"{name} >= {low}"))
+        if high is not None:
+            clauses.append(([[1, [name]]], "<=", [[high, []]], f"{name} <= {high}"))
+    return clauses
 
 
 def _refusal(u: Untranslated) -> Refusal:
