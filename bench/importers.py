@@ -423,7 +423,7 @@ def tinyllama_child(role: str, layers: int, tmp: Path, profile: int) -> dict[str
     from linnet.torch.importer import api
 
     captured: list[float] = []
-    plain_capture = api.capture
+    plain_capture = api.capture  # type: ignore[attr-defined]
 
     def timed_capture(*args: Any) -> Any:  # the capture's share of the import
         begin = time.perf_counter()
@@ -432,7 +432,7 @@ def tinyllama_child(role: str, layers: int, tmp: Path, profile: int) -> dict[str
         finally:
             captured.append(time.perf_counter() - begin)
 
-    api.capture = timed_capture  # type: ignore[assignment]
+    api.capture = timed_capture  # type: ignore[attr-defined,assignment]
     model, inputs = _tinyllama(layers)
     weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     built = _peak_bytes()
