@@ -15,12 +15,25 @@ depthwise separable blocks), and common layers alone. For each model:
 
 Prints one row per model and a summary table (markdown).
 
+`--tinyllama` instead times one transformers `LlamaForCausalLM` of TinyLlama-1.1B
+shapes (22 layers, H=2048, 32 heads, 4 KV heads, inner 5632, vocabulary 32000,
+f32: 4.4 GB of random weights, built on the meta device and then allocated), each
+step in a process of its own so that time and peak memory (the child's maximum
+resident set) are its alone: `torch.export` alone; `export_linnet` without
+`weights=` (capture plus translation: the translation's cost is the difference);
+`export_linnet` with `weights=` under `--tmp` (the SafeTensors written, then
+deleted). Aims: translation adds under 1 s to `torch.export`, and the import's
+peak stays under 1.2x the weight bytes. `--profile N` prints the N costliest
+functions of the import (cProfile, cumulative).
+
     .venv/bin/python bench/importers.py [--only NAME ...] [--llama-width H --llama-layers N]
+    .venv/bin/python bench/importers.py --tinyllama [--layers 22] [--tmp /tmp] [--profile 30]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -367,9 +380,138 @@ def run_one(name: str, build: Callable[[], Case], folder: Path) -> dict[str, Any
     return row
 
 
+TINYLLAMA = {"vocab_size": 32000, "hidden_size": 2048, "num_attention_heads": 32,
+             "num_key_value_heads": 4, "intermediate_size": 5632, "num_hidden_layers": 22}  # fmt: skip
+TOKENS = 32
+
+
+def _tinyllama(layers: int) -> Case:
+    """A random TinyLlama-shaped Llama: made on the meta device (no initialisation
+    pass), then allocated and filled once."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        **{**TINYLLAMA, "num_hidden_layers": layers},
+        max_position_embeddings=2 * TOKENS,
+        rms_norm_eps=1e-5,
+        use_cache=False,
+    )
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config)
+    model = model.to_empty(device="cpu").eval()
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.02, generator=gen)
+        model.model.rotary_emb.__init__(config)  # the inverse frequencies to_empty left unset
+    return Output(model, "logits"), (torch.randint(0, 32000, (1, TOKENS), generator=gen),)
+
+
+def _peak_bytes() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kilobytes
+
+
+def tinyllama_child(role: str, layers: int, tmp: Path, profile: int) -> dict[str, Any]:
+    """One step of `--tinyllama` in this process (see the module docstring)."""
+    started = time.perf_counter()
+    import linnet.torch as lt
+    import linnet.torch.importer.api  # noqa: F401 - loaded once per process, not timed
+
+    imports = time.perf_counter() - started
+    from linnet.torch.importer import api
+
+    captured: list[float] = []
+    plain_capture = api.capture  # type: ignore[attr-defined]
+
+    def timed_capture(*args: Any) -> Any:  # the capture's share of the import
+        begin = time.perf_counter()
+        try:
+            return plain_capture(*args)
+        finally:
+            captured.append(time.perf_counter() - begin)
+
+    api.capture = timed_capture  # type: ignore[attr-defined,assignment]
+    model, inputs = _tinyllama(layers)
+    weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    built = _peak_bytes()
+    folder = Path(tempfile.mkdtemp(prefix="importers-tinyllama-", dir=tmp))
+    start = time.perf_counter()
+    try:
+        if role == "export":
+            torch.export.export(model, inputs, strict=False)
+        else:
+            kwargs: dict[str, Any] = {"output": folder / "model.linnet"}
+            if role == "weights":
+                kwargs["weights"] = folder / "weights"
+            if profile:
+                import cProfile
+                import pstats
+
+                with cProfile.Profile() as prof:
+                    lt.export_linnet(model, inputs, **kwargs)
+                stats = pstats.Stats(prof, stream=sys.stderr).sort_stats(
+                    os.environ.get("BENCH_SORT", "cumulative")
+                )
+                stats.print_stats("linnet", profile)
+            else:
+                lt.export_linnet(model, inputs, **kwargs)
+        seconds = time.perf_counter() - start
+    finally:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"seconds": seconds, "peak": _peak_bytes(), "built": built, "weights": weights,
+            "imports": imports, "capture": sum(captured)}  # fmt: skip
+
+
+def tinyllama(layers: int, tmp: Path, profile: int) -> None:
+    import json
+    import os
+    import subprocess
+
+    rows: dict[str, dict[str, Any]] = {}
+    for role in ("export", "translate", "weights"):
+        argv = [sys.executable, __file__, "--tinyllama-child", role, "--layers", str(layers),
+                "--tmp", str(tmp), "--profile", str(profile if role == "translate" else 0)]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"{role} failed:\n{done.stderr[-4000:]}")
+        if profile and role == "translate":
+            print(done.stderr)
+        rows[role] = json.loads(done.stdout.strip().splitlines()[-1])
+    gb = 1 << 30
+    weights = rows["export"]["weights"]
+    print(f"TinyLlama-shaped Llama, {layers} layers, {weights / gb:.2f} GiB of f32 weights; "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
+    print("| step | seconds | peak GiB | peak / weights | after building GiB |")
+    print("| --- | --- | --- | --- | --- |")
+    names = {"export": "torch.export alone", "translate": "export_linnet (no weights)",
+             "weights": "export_linnet, weights written"}  # fmt: skip
+    for role, row in rows.items():
+        print(f"| {names[role]} | {row['seconds']:.2f} | {row['peak'] / gb:.2f} | "
+              f"{row['peak'] / weights:.2f} | {row['built'] / gb:.2f} |")  # fmt: skip
+    print(f"(loading linnet's importer modules, once per process and not timed above: "
+          f"{rows['translate']['imports']:.2f} s)")  # fmt: skip
+    extra = rows["translate"]["seconds"] - rows["translate"]["capture"]
+    print(f"inside export_linnet: capture (torch.export, folding) "
+          f"{rows['translate']['capture']:.2f} s, the rest {extra:.2f} s")  # fmt: skip
+    print(f"translation adds {extra:.2f} s to torch.export (aim: under 1 s); import peak "
+          f"{rows['weights']['peak'] / weights:.2f}x the weights (aim: under 1.2x)")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="run only these models")
+    parser.add_argument("--tinyllama", action="store_true", help="time a TinyLlama-shaped import")
+    parser.add_argument("--tinyllama-child", choices=["export", "translate", "weights"],
+                        help=argparse.SUPPRESS)  # fmt: skip
+    parser.add_argument("--layers", type=int, default=22, help="--tinyllama: decoder layers")
+    parser.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()),
+                        help="--tinyllama: where the weights are written (then deleted)")  # fmt: skip
+    parser.add_argument("--profile", type=int, default=0,
+                        help="--tinyllama: print this many costliest functions of the import")  # fmt: skip
     parser.add_argument(
         "--llama-width",
         type=int,
@@ -378,6 +520,15 @@ def main() -> None:
     )
     parser.add_argument("--llama-layers", type=int, default=4)
     args = parser.parse_args()
+    if args.tinyllama_child:
+        import json
+
+        row = tinyllama_child(args.tinyllama_child, args.layers, args.tmp, args.profile)
+        print(json.dumps(row))
+        return
+    if args.tinyllama:
+        tinyllama(args.layers, args.tmp, args.profile)
+        return
     cases = corpus()
     if args.llama_width:
         h = args.llama_width

@@ -100,12 +100,33 @@ def test_a_long_scan_imports_as_a_small_source(tmp_path: Path) -> None:
     assert len(result.source.splitlines()) < 40, result.source
 
 
-def test_a_reverse_scan_still_imports(tmp_path: Path) -> None:
-    """A reverse scan writes row `n - 1 - i`: not a stack the loop yields; it keeps
-    the general translation (unrolled) and still equals JAX."""
+def test_a_reverse_scan_is_a_for_loop(tmp_path: Path) -> None:
+    """A reverse scan reads and writes row `n - 1 - i`: one runtime `for` yielding the
+    rows, reversed after the loop (not unrolled), equal to JAX."""
 
     def backwards(p: Any, xs: Any) -> Any:
         step = lambda c, x: (c + x * p["w"], c)  # noqa: E731
         return lax.scan(step, jnp.zeros(3), xs, reverse=True)
 
-    check(backwards, {"w": normal(3)}, (normal(4, 3),), tmp_path)
+    result = check(backwards, {"w": normal(3)}, (normal(4, 3),), tmp_path / "plain")
+    assert fors(result.source) == 1 and "yield" in result.source, result.source
+    assert any("a reverse scan" in n for n in result.notes), result.notes
+
+
+def test_a_reverse_rnn_with_two_stacks_and_a_forward_one(tmp_path: Path) -> None:
+    """A bidirectional RNN's halves: a forward and a reverse scan over the same
+    sequence, each stacking two outputs; 40 steps, still two loops."""
+
+    def bidirectional(p: Any, xs: Any) -> Any:
+        def cell(h: Any, x: Any) -> Any:
+            h = jnp.tanh(x @ p["w"] + h @ p["u"])
+            return h, (h, jnp.sum(h))
+
+        forward = lax.scan(cell, jnp.zeros(4), xs)
+        backward = lax.scan(cell, jnp.zeros(4), xs, reverse=True)
+        return forward, backward
+
+    params = {"w": normal(3, 4), "u": normal(4, 4) * 0.5}
+    result = check(bidirectional, params, (normal(40, 3),), tmp_path)
+    assert fors(result.source) == 2, result.source
+    assert len(result.source.splitlines()) < 60, result.source

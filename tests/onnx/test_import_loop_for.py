@@ -26,12 +26,22 @@ from linnet.onnx.importer.api import import_onnx  # noqa: E402
 RNG = np.random.default_rng(3)
 
 
-def _loop_model(steps: int, cond_body: str) -> Any:
+def _loop_model(steps: int, cond_body: str, backwards: bool = False) -> Any:
     """`h = tanh(h * w + xs[i])` for `i` in `0..steps`, each `h` stacked; the body's
-    condition is `cond_body` ("pass": the incoming flag; "const": a constant true)."""
+    condition is `cond_body` ("pass": the incoming flag; "const": a constant true).
+    `backwards` reads row `steps - 1 - i` instead (a reverse RNN)."""
     f = TensorProto.FLOAT
-    body_nodes = [
-        helper.make_node("Gather", ["xs", "i"], ["row"], axis=0),
+    body_nodes = []
+    row_index = "i"
+    if backwards:
+        last = helper.make_tensor("last", TensorProto.INT64, [], [steps - 1])
+        body_nodes += [
+            helper.make_node("Constant", [], ["last"], value=last),
+            helper.make_node("Sub", ["last", "i"], ["back"]),
+        ]
+        row_index = "back"
+    body_nodes += [
+        helper.make_node("Gather", ["xs", row_index], ["row"], axis=0),
         helper.make_node("Mul", ["h_in", "w"], ["hw"]),
         helper.make_node("Add", ["hw", "row"], ["pre"]),
         helper.make_node("Tanh", ["pre"], ["h_out"]),
@@ -78,12 +88,15 @@ def _loop_model(steps: int, cond_body: str) -> Any:
     return model
 
 
-@pytest.mark.parametrize("cond_body", ["pass", "const"])
-def test_counted_loop_with_scan_output_is_a_for(tmp_path: Path, cond_body: str) -> None:
+@pytest.mark.parametrize(("cond_body", "backwards"),
+                         [("pass", False), ("const", False), ("pass", True)])  # fmt: skip
+def test_counted_loop_with_scan_output_is_a_for(
+    tmp_path: Path, cond_body: str, backwards: bool
+) -> None:
     import onnxruntime as ort
 
     steps = 300  # unrolled, 300 copies of the body; as a loop, one
-    model = _loop_model(steps, cond_body)
+    model = _loop_model(steps, cond_body, backwards)
     feeds = {
         "xs": RNG.standard_normal((steps, 4)).astype(np.float32),
         "h0": RNG.standard_normal(4).astype(np.float32),

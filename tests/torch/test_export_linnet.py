@@ -191,3 +191,37 @@ def test_data_dependent_shapes_are_refused_with_their_lines(tmp_path: Path) -> N
     assert "data-dependent" in text and "nonzero" in text, text
     assert text.count("test_export_linnet.py:") == 2, text
     assert not (tmp_path / "model.linnet").exists()
+
+
+class _Trimmed(torch.nn.Module):
+    """Slice bounds and a reshape target computed from a dynamic extent."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[1]
+        return (x[:, 1 : n - 1] * 2).reshape(x.shape[0] * (n - 2))
+
+
+def test_sizes_computed_from_dynamic_dims(tmp_path: Path) -> None:
+    n = torch.export.Dim("N", min=4, max=64)
+    module = _Trimmed()
+    result = imported(module, (torch.randn(2, 6),), tmp_path, dynamic=[{0: "B", 1: n}])
+    assert "N >= 4" in result.source and "N <= 64" in result.source, result.source
+    assert "x[:, 1:N - 1]" in result.source, result.source
+    for shape in ((3, 5), (1, 9)):
+        x = torch.randn(*shape)
+        torch.testing.assert_close(run(result, (x,)), module(x))
+
+
+class _Squared(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[1]
+        return x + torch.arange(n**2).reshape(n, n)[0]
+
+
+def test_a_size_no_translation_can_build_is_refused_with_its_line(tmp_path: Path) -> None:
+    with pytest.raises(ImportRefusedError) as err:
+        imported(_Squared(), (torch.randn(2, 6),), tmp_path, dynamic=[{1: "N"}])
+    text = str(err.value)
+    assert "`arange`" in text and "test_export_linnet.py:" in text, text
+    assert "not a sum or product of dynamic dims" in text, text
+    assert not (tmp_path / "model.linnet").exists()

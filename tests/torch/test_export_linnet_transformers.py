@@ -111,3 +111,40 @@ def test_llama_reads_like_the_example(tmp_path: Path) -> None:
     assert text.count("static for") == 1 and "fn forward(" in text
     assert "sub q_proj: StdLinear<32, 32, f32>" in text
     check(module, inputs, result)
+
+
+DECODERS = ["llama", "qwen2", "qwen3", "phi3", "gpt2"]
+SIZES = [(1, 1), (3, 5), (2, 11)]  # (batch, sequence) pairs, none the example's (2, 7)
+
+
+@pytest.mark.parametrize(
+    "kind", [k if k in ("llama", "gpt2") else pytest.param(k, marks=pytest.mark.slow)
+             for k in DECODERS],
+)  # fmt: skip
+def test_decoder_imports_with_dynamic_batch_and_sequence(kind: str, tmp_path: Path) -> None:
+    """`dynamic=[{0: "B", 1: "S"}]`: the arange/compare causal mask over a symbolic
+    length is proven causal, rope tables are computed from `iota(S)` once for every
+    layer, and the import equals the module at three (B, S) it was not captured at."""
+    module, inputs = _build(kind)
+    module.eval()
+    randomize(module, 5)
+    result = imported(module, inputs, tmp_path, dynamic=[{0: "B", 1: "S"}])
+    text = result.source
+    assert "entry forward<B: Dim, S: Dim>(inputs_0: Tensor[B, S; i64])" in text, text
+    assert "causal_mask<S, S>()" in text and text.count("static for") == 1, text
+    gen = torch.Generator().manual_seed(11)
+    for batch, length in SIZES:
+        ids = torch.randint(0, 50, (batch, length), generator=gen)
+        check(module, (ids,), result)
+
+
+def test_dynamic_sequence_only_keeps_the_batch(tmp_path: Path) -> None:
+    module, inputs = _build("qwen3")
+    module.eval()
+    randomize(module, 2)
+    result = imported(module, inputs, tmp_path, dynamic=[{1: "S"}])
+    assert "entry forward<S: Dim>(inputs_0: Tensor[2, S; i64])" in result.source
+    assert "fn forward<S: Dim>(" in result.source  # the layer method is generic too
+    for length in (1, 4, 13):
+        ids = torch.randint(0, 50, (2, length), generator=torch.Generator().manual_seed(length))
+        check(module, (ids,), result)

@@ -52,6 +52,7 @@ def outline(t: Translation, layout: Layout) -> list[Outlined]:
     """Outline every root sub array whose elements' statements allow it (see above)."""
     out: list[Outlined] = []
     _CACHE.append({})
+    _ELEMENTS.append({})
     try:
         for member, tree in _arrays(layout.root, ""):
             if len(tree.children) >= 2:
@@ -60,6 +61,7 @@ def outline(t: Translation, layout: Layout) -> list[Outlined]:
                     out.append(done)
     finally:
         _CACHE.pop()
+        _ELEMENTS.pop()
     return out
 
 
@@ -180,14 +182,42 @@ _CACHE: list[dict[int, tuple[Any, set[str]]]] = []
 
 
 def element_reads(node: Any, member: str) -> set[int]:
-    """The element indices `i` of `member[i]` that `node` reads."""
+    """The element indices `i` of `member[i]` that `node` reads (memoised per node
+    while outlining, like `names_read`)."""
+    cache = _ELEMENTS[-1] if _ELEMENTS else None
+    if cache is not None:
+        hit = cache.get((id(node), member))
+        if hit is not None and hit[0] is node:
+            return hit[1]
     out: set[int] = set()
     for n in walk(node):
         if _is_element(n, member):
             component = n.components[0]
             assert isinstance(component, ast.IntLit)
             out.add(component.value)
+    if cache is not None:
+        cache[(id(node), member)] = (node, out)
     return out
+
+
+_ELEMENTS: list[dict[tuple[int, str], tuple[Any, set[int]]]] = []
+
+
+def names_outside_elements(node: Any, member: str) -> set[str]:
+    """The names `node` reads apart from inside `member[i]` (`layers[0].attn` reads none)."""
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, tuple):
+            stack.extend(n)
+        elif ast.is_node(n):
+            if _is_element(n, member):
+                continue
+            if isinstance(n, ast.Name):
+                found.add(n.ident.name)
+            stack.extend(getattr(n, f) for f in ast.node_fields(n))
+    return found
 
 
 # ---------------------------------------------------------------- the pass
@@ -240,8 +270,7 @@ def _outline_one(t: Translation, member: str, tree: Tree) -> Outlined | None:
             r = element_reads(stmt, member)
             if r and r != {index}:
                 return None
-            outside = transform(stmt, lambda n: build.name("_") if _is_element(n, member) else None)
-            if names_read(outside) & members:
+            if names_outside_elements(stmt, member) & members:
                 return None  # the method could not see another member of the root
     return _rewrite(t, member, tree, body, starts[0], length, segments)
 
@@ -281,7 +310,7 @@ def _bind_root_params(
             return build.name(renames[node.ident.name])
         return None
 
-    return bound, [transform(s, rename) for s in kept]
+    return bound, [transform(s, rename) if names_read(s) & renames.keys() else s for s in kept]
 
 
 def _rewrite(

@@ -37,8 +37,16 @@ def is_node(value: object) -> bool:
 
 
 def node_fields(value: object) -> tuple[str, ...]:
-    """The field names of a node, in declaration order."""
-    return record_fields(value)
+    """The field names of a node, in declaration order (looked up once per class:
+    tree walks ask for every node)."""
+    kind = type(value)
+    fields = _FIELDS.get(kind)
+    if fields is None:
+        fields = _FIELDS[kind] = record_fields(value)
+    return fields
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 @node

@@ -15,7 +15,10 @@ Stage: the JAX importer's front door; it runs the importer stages in order
       -> only then: the source written atomically, weights and bindings.json
 
 Argument order: a module `linnet stablehlo` wrote says what each argument is
-(its `linnet.*` contract: inputs, then params by path); any other module
+(its `linnet.*` contract: inputs, then params by path, then the state members
+the entry reads; results, then the state members' new values): each state
+member becomes a `state` member at its path, read through that path and
+assigned where the entry made its new value (`sourcegen.state`); any other module
 (`jax.export` of `fn(params, *inputs)`) takes the flattened parameter leaves,
 in JAX's pytree order, then the inputs. Parameter paths join pytree keys
 with "." (`{"layers": [{"w": ...}]}` -> `layers.0.w`), so the SafeTensors
@@ -84,11 +87,11 @@ def import_stablehlo(
     leaves = flatten_params(params)
     contract = _contract(module)
     if contract is not None:
-        if contract.state or contract.next_state:
-            raise LinnetError(f"{label}: entries with state members are not imported")
+        _check_state(contract, label)
         n_in = len(contract.inputs)
         order: list[tuple[str, Any]] = [("input", i) for i in range(n_in)]
         order += [("param", p) for p in contract.params]
+        order += [("state", p) for p in contract.state]
         names = list(contract.inputs)
         missing = [p for p in contract.params if p not in leaves]
         if missing:
@@ -119,7 +122,7 @@ def import_stablehlo(
     for formal, (kind, key) in zip(formals, order, strict=True):
         t = tensor_type(formal.type)
         if t is None or t[0] is None or DYNAMIC in t[1]:
-            what = f"parameter `{key}`" if kind == "param" else f"input `{names[int(key)]}`"
+            what = f"{kind} `{key}`" if kind != "input" else f"input `{names[int(key)]}`"
             why = "a dynamic shape" if t is not None and DYNAMIC in t[1] else "a type"
             raise ImportRefusedError(
                 f"cannot import {label}: {what} has {why} Linnet cannot express "
@@ -134,6 +137,15 @@ def import_stablehlo(
             b.graph.paths[path] = path
             b.graph.value_info[path] = TensorInfo(path, dtype, shape)
             args.append(path)
+        elif kind == "state":
+            # The member's value before the call: a graph input read through its path.
+            name = _unique(sanitize(f"state_{str(key).replace('.', '_')}", "state"), used_names)
+            info = TensorInfo(name, dtype, shape)
+            b.graph.inputs.append(info)
+            b.graph.value_info[name] = info
+            b.graph.state[name] = str(key)
+            b.graph.paths[name] = str(key)
+            args.append(name)
         else:
             name = _unique(sanitize(names[int(key)], f"x{key}"), used_names)
             info = TensorInfo(name, dtype, shape)
@@ -141,8 +153,14 @@ def import_stablehlo(
             b.graph.value_info[name] = info
             args.append(name)
     results = walk_function(b, funcs, main, args)
+    next_state: list[str] = []
     if contract is not None:
-        results = results[: contract.results]
+        if len(results) != contract.results + len(contract.next_state):
+            raise LinnetError(
+                f"{label}'s `@main` returns {len(results)} values; its contract says "
+                f"{contract.results} results and {len(contract.next_state)} next states"
+            )
+        next_state = list(contract.next_state)
     if b.untranslated:
         refusals = [
             Refusal(
@@ -152,7 +170,7 @@ def import_stablehlo(
             for u in b.untranslated
         ]
         raise refusal_error(label, refusals)
-    _outputs(b, results)
+    _outputs(b, results, next_state)
     # Rewrites (keepdims reductions, means) leave the forms they replaced unread; they
     # go before recovery, which refuses chains whose values something else reads.
     drop_dead(b.graph)
@@ -271,13 +289,45 @@ def _unique(name: str, used: set[str]) -> str:
     return out
 
 
-def _outputs(b: Builder, results: list[Ref | None]) -> None:
+def _check_state(contract: Any, label: str) -> None:
+    """A state member is read at most once, written at most once, and is no parameter."""
+    for kind, paths in (("linnet.state", contract.state), ("linnet.next_state",
+                                                           contract.next_state)):  # fmt: skip
+        twice = sorted({p for p in paths if paths.count(p) > 1})
+        if twice:
+            raise LinnetError(f"{label}: `{kind}` names `{twice[0]}` twice")
+        both = sorted(set(paths) & set(contract.params))
+        if both:
+            raise LinnetError(f"{label}: `{both[0]}` is both a parameter and a state member")
+
+
+def _outputs(b: Builder, results: list[Ref | None], next_state: Sequence[str] = ()) -> None:
+    """The graph's outputs: the entry's results, then (the last `len(next_state)`)
+    each state member's value after the call, named in `graph.next_state`."""
     seen: set[str] = set()
-    for ref in results:
+    first_state = len(results) - len(next_state)
+    for i, ref in enumerate(results):
         assert ref is not None  # a refused value was reported above
         name = b.full(ref) if isinstance(ref, Lazy) else ref
-        if name in seen or name in b.graph.constants or name in b.graph.initializers:
+        state = i >= first_state
+        if (
+            name in seen
+            or name in b.graph.constants
+            or name in b.graph.initializers
+            or (state and any(info.name == name for info in b.graph.inputs))
+        ):
             name = b.emit("Identity", [name], b.dtype(name), b.shape(name))
         seen.add(name)
         info = b.info(name)
+        if state:
+            path = next_state[i - first_state]
+            before = next((n for n, p in b.graph.state.items() if p == path), None)
+            if before is not None:
+                had = b.graph.value_info[before]
+                if (had.dtype, had.shape) != (info.dtype, info.shape):
+                    raise LinnetError(
+                        f"state `{path}` is {had.dtype}{list(had.shape or ())} before the "
+                        f"call and {info.dtype}{list(info.shape or ())} after it"
+                    )
+            b.graph.next_state[name] = path
         b.graph.outputs.append(TensorInfo(name, info.dtype, info.shape))

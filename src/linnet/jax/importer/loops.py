@@ -17,8 +17,10 @@ translator (`linnet.onnx.importer.ops.loop_for`) then writes a runtime
 A buffer that the body only writes that way, row `counter` of exactly `n`
 rows from a counter starting at 0, becomes a scan output of the `Loop`
 (the row itself, stacked on a new leading axis): in Linnet, `yield row`.
-Any other loop (`while_loop`, a reverse scan's buffer) keeps the general
-translation in `walk`.
+A reverse scan (`reverse=True`) writes row `n - 1 - counter` (and reads its
+inputs there): the same scan output, reversed along the stacked axis after
+the loop, while the body keeps reading `xs[n - 1 - i]`. Any other loop
+(`while_loop`) keeps the general translation in `walk`.
 """
 
 from __future__ import annotations
@@ -107,13 +109,17 @@ def counted_while(
         return [None] * len(o.results)
     sub, names, refs, outs, low = walked
     rows: dict[int, str] = {}
+    backward: set[int] = set()  # rows written at `n - 1 - i`: a reverse scan's stack
     zero_based = {refs[k] for k, (init, _) in counters.items() if init == 0 and low == 0}
     for k, out in enumerate(outs):
-        if k not in counters and _stacks_rows(sub, b, names[k], out, zero_based, n):
+        order = None if k in counters else _stacks_rows(sub, b, names[k], out, zero_based, n)
+        if order is not None:
             write = sub.row_writes[out]
             shape = b.shape(carried[k])[1:]
             dtype = b.dtype(carried[k])
             rows[k] = sub.emit("Reshape", [write.update, sub.ints(shape)], dtype, shape)
+            if order == "backward":
+                backward.add(k)
     b._count = sub._count
     loop_carried = [k for k in range(len(carried)) if k not in counters and k not in rows]
     going = sub.const(np.array(True))
@@ -155,9 +161,22 @@ def counted_while(
     b.graph.nodes.append(node)
     for name in outputs:
         b.producers[name] = node
+    for k in sorted(backward):
+        # Stacked in the order the steps ran (row `n - 1 - i` at step `i`): reversed.
+        stacked = results[k]
+        assert isinstance(stacked, str)
+        shape = b.shape(stacked)
+        results[k] = b.emit(
+            "Slice",
+            [stacked, b.ints([n - 1]), b.ints([-(n + 1)]), b.ints([0]), b.ints([-1])],
+            b.dtype(stacked),
+            shape,
+        )
     b.notes.append(
         f"a `stablehlo.while` loop{f' at {b.where}' if b.where else ''} counts "
-        f"{low}..{low + n}" + (f", stacking {len(rows)} output(s) row by row" if rows else "")
+        f"{low}..{low + n}"
+        + (f", stacking {len(rows)} output(s) row by row" if rows else "")
+        + (f" ({len(backward)} from the last row back: a reverse scan)" if backward else "")
     )
     return results
 
@@ -240,18 +259,65 @@ def _other_counters(
 
 def _stacks_rows(
     sub: Builder, b: Builder, name: str, out: str, zero_based: set[Ref], n: int
-) -> bool:
-    """Whether the carried value `name` is a buffer the body writes row `i` of each step,
-    `i` a counter from 0 (`zero_based`), and reads for nothing else, with `n` rows."""
+) -> str | None:
+    """Whether the carried value `name` is a buffer of `n` rows the body writes one row
+    of each step and reads for nothing else: "forward" when the row is `i`, a counter
+    from 0 (`zero_based`), "backward" when it is `n - 1 - i` (`lax.scan(...,
+    reverse=True)`); None otherwise."""
     write = sub.row_writes.get(out)
-    if write is None or write.buffer != name or write.index not in zero_based:
-        return False
+    if write is None or write.buffer != name:
+        return None
+    order = _row_order(sub, b, write.index, zero_based, n)
     shape = b.shape(name)
-    if not shape or shape[0] != n:
-        return False
+    if order is None or not shape or shape[0] != n:
+        return None
     readers = [node for node in sub.graph.nodes if name in node.inputs]
     nested = any(name in _subgraph_reads(node.attrs) for node in sub.graph.nodes)
-    return len(readers) == 1 and readers[0].outputs == (out,) and not nested
+    if len(readers) == 1 and readers[0].outputs == (out,) and not nested:
+        return order
+    return None
+
+
+def _row_order(sub: Builder, b: Builder, index: Ref, zero_based: set[Ref], n: int) -> str | None:
+    """ "forward" when `index` is a zero-based counter `i`, "backward" when it is
+    `n - 1 - i` (however spelled with constants, `Add`, `Sub` and casts), else None."""
+    form = _affine(sub, b, index, zero_based, 0)
+    if form == (1, 0):
+        return "forward"
+    if form == (-1, n - 1):
+        return "backward"
+    return None
+
+
+def _affine(
+    sub: Builder, b: Builder, value: Ref, counters: set[Ref], depth: int
+) -> tuple[int, int] | None:
+    """`(a, c)` when `value` is `a * i + c` for a counter `i` of `counters` (constants
+    made in the body or outside it, as `sub` and `b` hold them)."""
+    if value in counters:
+        return (1, 0)
+    if not isinstance(value, str) or depth > 8:
+        return None
+    arr = sub.graph.constants.get(value)
+    if arr is None:
+        arr = b.graph.constants.get(value)
+    if arr is not None:
+        if arr.size != 1 or arr.dtype.kind not in "iu":
+            return None
+        return (0, int(arr.reshape(-1)[0]))
+    node = sub.producers.get(value)
+    if node is None or node.domain != "":
+        return None
+    if node.op in ("Cast", "Identity") and node.inputs:
+        return _affine(sub, b, node.inputs[0], counters, depth + 1)
+    if node.op in ("Add", "Sub") and len(node.inputs) == 2:
+        x = _affine(sub, b, node.inputs[0], counters, depth + 1)
+        y = _affine(sub, b, node.inputs[1], counters, depth + 1)
+        if x is None or y is None:
+            return None
+        sign = 1 if node.op == "Add" else -1
+        return (x[0] + sign * y[0], x[1] + sign * y[1])
+    return None
 
 
 def _owner(v: Any) -> Any:

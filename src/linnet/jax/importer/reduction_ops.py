@@ -159,6 +159,12 @@ _MONOIDS = {
     "stablehlo.multiply": ("ReduceProd", "Mul", 1.0),
 }
 
+_BOOL_MONOIDS = {
+    "stablehlo.or": ("ReduceMax", "Or", 0.0),
+    "stablehlo.and": ("ReduceMin", "And", 1.0),
+}
+"""Over booleans only (over integers `or` and `and` are bitwise)."""
+
 
 def _monoid(body: Any) -> str:
     """The one op a reduction body applies to its two arguments, or ``""``."""
@@ -231,7 +237,10 @@ def _reduce(b: Builder, op: Any) -> list[Ref]:
     if len(op.operands) != 2:
         raise Skip("a reduction of several tensors at once")
     dtype, shape = result_type(op)
-    kind = _MONOIDS.get(_monoid(op.regions[0].blocks[0]))
+    monoid = _monoid(op.regions[0].blocks[0])
+    kind = _MONOIDS.get(monoid)
+    if monoid in _BOOL_MONOIDS and dtype == "bool":
+        kind = _BOOL_MONOIDS[monoid]  # `jnp.any` / `jnp.all`: a max or min of booleans
     if kind is None:
         raise Skip("a reduction whose body is no sum, product, max or min")
     reduce_op, combine, identity = kind

@@ -140,6 +140,28 @@ def is_causal(matcher: Matcher, mask: str, negated: bool) -> bool:
     return value == Conj(frozenset({("le", expected)}))
 
 
+def _affine(arr: np.ndarray) -> tuple[int, list[int]] | None:
+    """`(c, [c_0, c_1, ...])` when `arr[i0, i1, ...] == c + sum(c_a * i_a)` exactly."""
+    if arr.size == 0:
+        return None
+    ints = arr.astype(np.int64)
+    const = int(ints.reshape(-1)[0])
+    coefs: list[int] = []
+    for axis, extent in enumerate(ints.shape):
+        at = [0] * ints.ndim
+        if extent > 1:
+            at[axis] = 1
+            coefs.append(int(ints[tuple(at)]) - const)
+        else:
+            coefs.append(0)
+    grid = np.full(ints.shape, const, dtype=np.int64)
+    for axis, c in enumerate(coefs):
+        shape = [1] * ints.ndim
+        shape[axis] = ints.shape[axis]
+        grid = grid + c * np.arange(ints.shape[axis], dtype=np.int64).reshape(shape)
+    return (const, coefs) if np.array_equal(grid, ints) else None
+
+
 def _shape(graph: Graph, name: str) -> tuple[object, ...] | None:
     info = graph.value_info.get(name)
     if info is not None and info.shape is not None:
@@ -163,12 +185,13 @@ class _Evaluator:
         if arr is not None:
             return self._constant_element(arr, idx)
         node = self.m.producers.get(name)
-        if node is None or node.domain != "":
+        if node is None or node.domain not in ("", "linnet"):
             raise NotProven(f"`{name}` is not computed from shapes")
         info = self.graph.value_info.get(name)
         if info is None or info.dtype not in INT_DTYPES:
             raise NotProven("not an integer or boolean value")
-        handler = getattr(self, f"_op_{node.op}", None)
+        prefix = "_op_" if node.domain == "" else "_linnet_"
+        handler = getattr(self, f"{prefix}{node.op}", None)
         if handler is None:
             raise NotProven(f"`{node.op}` is not modelled")
         result: Element = handler(node, idx, depth + 1)
@@ -190,6 +213,13 @@ class _Evaluator:
         if np.all(flat == flat[0]):
             v = flat[0]
             return (TRUE if bool(v) else FALSE) if arr.dtype.kind == "b" else Lin.of({}, int(v))
+        affine = _affine(arr) if arr.dtype.kind in "iu" and arr.ndim == len(idx) else None
+        if affine is not None:  # a range along some axes (a batch index `arange(B)[:, None]`)
+            const, coefs = affine
+            value = Lin.of({}, const)
+            for axis, c in enumerate(coefs):
+                value = value + idx[axis].scaled(c)
+            return value
         # A lower-triangular buffer (a registered `tril` mask) over the last two axes.
         if arr.ndim >= 2 and arr.dtype.kind == "b" and len(idx) >= 2:
             rows, cols = arr.shape[-2:]
@@ -197,6 +227,30 @@ class _Evaluator:
             if np.all(arr.reshape(-1, rows, cols) == tril):
                 return _atom("le", idx[-1] + idx[-2].scaled(-1))
         raise NotProven("a constant that is not uniform")
+
+    def _linnet_index(self, node: Node, idx: tuple[Lin, ...], depth: int) -> Element:
+        """`x[:, ..., i0, i1, ..., :]` (`linnet::index`, `emit.advanced_index`): index
+        tensors over the consecutive axes from `first` on, broadcast together."""
+        x, tensors = node.inputs[0], node.inputs[1:]
+        first = int(node.attrs.get("first", 0))
+        shapes = [_shape(self.graph, t) for t in tensors]
+        xshape = _shape(self.graph, x)
+        if xshape is None or not tensors or any(s is None for s in shapes):
+            raise NotProven("unknown shapes")
+        wide = max(len(s or ()) for s in shapes)
+        if len(idx) != len(xshape) - len(tensors) + wide:
+            raise NotProven("unknown shapes")
+        mid = idx[first : first + wide]
+        at: list[Lin] = []
+        for t, shape in zip(tensors, shapes, strict=True):
+            assert shape is not None
+            offset = wide - len(shape)
+            own = tuple(Lin.of({}, 0) if d == 1 else mid[offset + a] for a, d in enumerate(shape))
+            e = self.element(t, own, depth)
+            if not isinstance(e, Lin) or e.const < 0 or any(k < 0 for _, k in e.coefs):
+                raise NotProven("an index that may be negative")
+            at.append(e)
+        return self.element(x, (*idx[:first], *at, *idx[first + wide :]), depth)
 
     def _ints(self, node: Node, i: int, attr: str | None = None) -> list[int] | None:
         if attr is not None and attr in node.attrs:

@@ -266,6 +266,7 @@ class Matcher:
 
     def _product(self, value: str, p: Product, m: Match) -> Match | None:
         tree: list[Node] = []
+        in_tree: set[int] = set()
         leaves: list[str] = []
 
         def walk(v: str, top: bool) -> None:
@@ -277,9 +278,10 @@ class Matcher:
                 and node.domain == ""
                 and single
                 and len(node.inputs) == 2
-                and all(any(n is node for n in tree) is False for _ in (0,))
+                and id(node) not in in_tree
             ):
                 tree.append(node)
+                in_tree.add(id(node))
                 walk(node.inputs[0], False)
                 walk(node.inputs[1], False)
             else:

@@ -122,10 +122,11 @@ def _run(
     matcher = Matcher(graph)
     notes: list[str] = []
     pat = pattern(matcher)
+    removed: set[int] = set()  # ids of the nodes earlier replacements took out
     for node in list(reversed(graph.nodes)):
         if node.op not in roots or node.domain != "" or not node.outputs:
             continue
-        if not any(n is node for n in graph.nodes):
+        if id(node) in removed:
             continue  # removed by an earlier replacement
         m = matcher.match(node.outputs[0], pat)
         if m is None:
@@ -135,6 +136,7 @@ def _run(
             continue
         new.attrs["_note"] = describe(new, m)
         matcher.replace(m, node.outputs[0], new)
+        removed.update(id(n) for n in m.nodes)
     return notes
 
 
@@ -202,7 +204,10 @@ def gelu(graph: Graph) -> list[str]:
     erf_form = Product(Const(0.5), Var("x"), add(Const(1.0), Op("Erf", erf_arg)))
 
     notes: list[str] = []
-    for name, form in (("gelu", tanh_form), ("gelu_erf", erf_form)):
+    present = {node.op for node in graph.nodes if node.domain == ""}
+    for name, form, needs in (("gelu", tanh_form, "Tanh"), ("gelu_erf", erf_form, "Erf")):
+        if needs not in present:
+            continue  # the form reads a `Tanh` / `Erf` node: none, no match (a Llama has none)
 
         def make(matcher: Matcher, m: Match, root: Node, op: str = name) -> Node | None:
             x = m.vars["x"]

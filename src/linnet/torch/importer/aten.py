@@ -25,6 +25,7 @@ from torch import fx
 
 from linnet.sourcegen.builder import Skip, Untranslated
 from linnet.sourcegen.graph import Graph, TensorInfo
+from linnet.sourcegen.repeats import merge_repeats
 from linnet.torch.dtypes import linnet_dtype
 from linnet.torch.importer.builder import (
     Builder,
@@ -81,7 +82,7 @@ def aten_graph(cap: Capture) -> tuple[Graph, list[Untranslated]]:
                     )
                     continue
                 try:
-                    info = TensorInfo(node.name, linnet_dtype(val.dtype), b.shape_of(val))
+                    info = TensorInfo(node.name, linnet_dtype(val.dtype), b.shape_of(val, True))
                 except Skip as exc:
                     b.untranslated.append(Untranslated(node.name, "input", str(exc), ""))
                     continue
@@ -100,6 +101,11 @@ def aten_graph(cap: Capture) -> tuple[Graph, list[Untranslated]]:
             continue
         if node in cap.folded:
             continue  # materialised as a constant where a translated node reads it
+        if isinstance(node.meta.get("val"), torch.SymInt):
+            # A size (`sym_size`, `s0 - 1`): its value is built from the inputs' shapes
+            # where a node reads it as a tensor (`Builder.value`).
+            b.names[node] = ("extent", node.name)
+            continue
         target = str(node.target)
         if target in _DROPPED:
             continue
@@ -128,6 +134,8 @@ def aten_graph(cap: Capture) -> tuple[Graph, list[Untranslated]]:
             del g.nodes[mark:]
             dead.add(node)
             b.untranslated.append(Untranslated(node.name, target, str(exc), source_line(node)))
+    if not b.untranslated:
+        merge_repeats(g)  # one rotary table per model, not one per layer (dynamic shapes)
     return g, b.untranslated
 
 

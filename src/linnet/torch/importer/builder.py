@@ -74,8 +74,60 @@ class Builder(GraphBuilder):
                     self.constant(arg.name, numpy_of(folded))
                     self.names[arg] = arg.name
                     return arg.name
+            if isinstance(name, tuple) and name[0] == "extent":
+                scalar = self.extent(arg.meta.get("val"))
+                self.names[arg] = scalar
+                return scalar
             raise Skip(f"reads `{arg.name}`, which is not a tensor value here")
         raise Skip(f"expects a tensor, got {arg!r}")
+
+    def extent(self, size: Any) -> str:
+        """A size (a `torch.SymInt` of dynamic dims, or an int) as a rank-0 i64 value."""
+        if isinstance(size, int):
+            return self.const(np.array(size, dtype=np.int64))
+        return self.emit("Squeeze", [self.size_value(size), self.ints([0])], "i64", ())
+
+    def size_value(self, size: Any) -> str:
+        """A size as a one-element i64 value: an int is a constant; a `torch.SymInt`
+        reads the `Shape` of the input that carries each dynamic dim it names and
+        combines them as its expression does (`2*s41` -> `Mul`), so translation
+        sees the generics (`2 * S`)."""
+        if isinstance(size, int):
+            return self.ints([size])
+        if not isinstance(size, torch.SymInt):
+            raise Skip(f"an extent {size!r} that is not a size")
+        return self._expr_value(size.node.expr)
+
+    def _expr_value(self, expr: Any) -> str:
+        if getattr(expr, "is_Integer", False):
+            return self.ints([int(expr)])
+        if getattr(expr, "is_Symbol", False):
+            name = self.cap.dims.get(str(expr))
+            src = None if name is None else self.input_axis(name)
+            if name is None or src is None:
+                raise Skip(f"an extent `{expr}` that is no dynamic dim of an input")
+            value, axis = src
+            return self.emit("Shape", [value], "i64", (1,), {"start": axis, "end": axis + 1})
+        ops = {"Mul": "Mul", "Add": "Add", "FloorDiv": "Div"}
+        op = ops.get(type(expr).__name__)
+        if op is None or not expr.args:
+            raise Skip(f"an extent `{expr}` that is not a sum or product of dynamic dims")
+        out = self._expr_value(expr.args[0])
+        for arg in expr.args[1:]:
+            out = self.emit(op, [out, self._expr_value(arg)], "i64", (1,))
+        return out
+
+    def known_extent(self, expr: Any) -> bool:
+        """Whether every symbol of `expr` is a dynamic dim of an input."""
+        return all(str(s) in self.cap.dims for s in getattr(expr, "free_symbols", ()))
+
+    def input_axis(self, dim: DimLike) -> tuple[str, int] | None:
+        """The first input and axis whose extent is `dim`."""
+        for info in self.graph.inputs:
+            for axis, d in enumerate(info.shape or ()):
+                if d == dim:
+                    return info.name, axis
+        return None
 
     def info(self, arg: Any) -> TensorInfo:
         """The type of a tensor argument (from its `meta["val"]`)."""
@@ -89,7 +141,9 @@ class Builder(GraphBuilder):
                 return TensorInfo(name, np_dtype(arr.dtype), tuple(int(s) for s in arr.shape))
         raise Skip("an argument of unknown type")
 
-    def shape_of(self, val: Any) -> tuple[DimLike, ...]:
+    def shape_of(self, val: Any, inputs: bool = False) -> tuple[DimLike, ...]:
+        """`val`'s extents: sizes, the generic names of dynamic dims, and None for an
+        expression of them (`2*s41`); an input's extents (`inputs`) are never None."""
         dims: list[DimLike] = []
         for d in val.shape:
             if isinstance(d, torch.SymInt):
@@ -99,6 +153,9 @@ class Builder(GraphBuilder):
                     continue
                 sym = str(expr)
                 name = self.cap.dims.get(sym)
+                if name is None and self.known_extent(expr) and not inputs:
+                    dims.append(None)  # `2*S`: the translators work it out from the operands
+                    continue
                 if name is None:
                     raise Skip(f"an extent `{sym}` that is no dynamic dim of an input")
                 dims.append(name)

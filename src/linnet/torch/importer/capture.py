@@ -38,6 +38,7 @@ class Capture:
     folded: dict[fx.Node, Any] = field(default_factory=dict)
     inputs: list[str] = field(default_factory=list)  # user input placeholder names
     dims: dict[str, str] = field(default_factory=dict)  # symbol (`s0`) -> generic name
+    bounds: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # generic -> range
 
 
 def capture(
@@ -80,7 +81,26 @@ def capture(
     result.inputs = list(sig.user_inputs)
     result.folded = _fold(program.graph_module.graph, constant_inputs)
     result.dims = _symbols(program, names)
+    result.bounds = _bounds(shapes)
     return result
+
+
+def _bounds(shapes: Any) -> dict[str, tuple[int, int | None]]:
+    """Each `torch.export.Dim` of `shapes` given a range (`Dim("S", min=4, max=64)`):
+    its name -> (min, max or None), what the imported entry's `where` clause states."""
+    out: dict[str, tuple[int, int | None]] = {}
+    todo = [shapes]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, Mapping):
+            todo.extend(item.values())
+        elif isinstance(item, list | tuple):
+            todo.extend(item)
+        elif hasattr(item, "min") and hasattr(item, "max") and hasattr(item, "__name__"):
+            low, high = item.min, item.max
+            top = int(high) if isinstance(high, int) and high < 2**62 else None
+            out[str(item.__name__)] = (int(low) if isinstance(low, int) else 0, top)
+    return out
 
 
 def _dynamic_shapes(

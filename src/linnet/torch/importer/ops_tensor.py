@@ -103,7 +103,7 @@ def _identity(b: Builder, node: fx.Node) -> None:
 def _reshape(b: Builder, node: fx.Node) -> None:
     x = args_of(node)[0]
     _, shape = out_type(b, node)
-    if b.info(x).shape == shape:
+    if b.info(x).shape == shape and None not in shape:
         alias(b, node, x)
         return
     if not all(isinstance(d, int) for d in shape):
@@ -114,30 +114,16 @@ def _reshape(b: Builder, node: fx.Node) -> None:
 
 
 def _shape_value(b: Builder, node: fx.Node, shape: Sequence[DimLike]) -> str:
-    """A 1-D i64 value holding `shape`, symbolic extents read from the inputs' shapes."""
-    parts: list[str] = []
-    for d in shape:
-        if isinstance(d, int):
-            parts.append(b.ints([d]))
-            continue
-        src = _input_axis(b, d)
-        if src is None:
-            raise Skip(f"an extent `{d}` no input carries")
-        name, axis = src
-        rank = len(b.graph.value_info[name].shape or ())
-        whole = b.emit("Shape", [name], "i64", (rank,))
-        parts.append(b.emit("Gather", [whole, b.ints([axis])], "i64", (1,), {"axis": 0}))
+    """A 1-D i64 value holding the result's shape, symbolic extents (and expressions
+    of them) read from the inputs' shapes."""
+    val = node.meta.get("val")
+    sizes = list(getattr(val, "shape", ()))
+    if len(sizes) != len(shape):
+        raise Skip("a result shape the capture did not record")
+    parts = [b.size_value(d) for d in sizes]
     if len(parts) == 1:
         return parts[0]
     return b.emit("Concat", parts, "i64", (len(parts),), {"axis": 0})
-
-
-def _input_axis(b: Builder, dim: DimLike) -> tuple[str, int] | None:
-    for info in b.graph.inputs:
-        for axis, d in enumerate(info.shape or ()):
-            if d == dim:
-                return info.name, axis
-    return None
 
 
 def _permute(b: Builder, node: fx.Node) -> None:
@@ -195,7 +181,7 @@ def _squeeze(b: Builder, node: fx.Node) -> None:
 def _expand(b: Builder, node: fx.Node) -> None:
     x = args_of(node)[0]
     _, shape = out_type(b, node)
-    if b.info(x).shape == shape:
+    if b.info(x).shape == shape and None not in shape:
         alias(b, node, x)
         return
     target = (
@@ -215,24 +201,22 @@ def _slice(b: Builder, node: fx.Node) -> None:
     end = args[3] if args[3] is not None else 2**63 - 1
     step = int(args[4] or 1)
     axis = axis_of(dim, len(shape))
-    if not isinstance(start, int) or not isinstance(end, int):
-        raise Skip("slice bounds that depend on a dynamic dim")
     extent = shape[axis]
-    if start == 0 and step == 1 and (end >= 2**62 or (isinstance(extent, int) and end >= extent)):
+    bounds = [_bound(b, start), _bound(b, end)]
+    whole = isinstance(end, int) and (end >= 2**62 or (isinstance(extent, int) and end >= extent))
+    if start == 0 and step == 1 and whole:
         alias(b, node, x)
         return
-    result(
-        b,
-        node,
-        "Slice",
-        [
-            b.value(x),
-            b.ints([start]),
-            b.ints([min(end, 2**63 - 1)]),
-            b.ints([axis]),
-            b.ints([step]),
-        ],
-    )
+    result(b, node, "Slice", [b.value(x), *bounds, b.ints([axis]), b.ints([step])])
+
+
+def _bound(b: Builder, bound: object) -> str:
+    """A slice bound: a number, or a size computed from dynamic dims (`S - 1`)."""
+    if isinstance(bound, int):
+        return b.ints([min(bound, 2**63 - 1)])
+    if isinstance(bound, fx.Node):
+        return b.size_value(bound.meta.get("val"))
+    raise Skip(f"a slice bound {bound!r}")
 
 
 def _select(b: Builder, node: fx.Node) -> None:
@@ -331,14 +315,76 @@ def _leaky_relu(b: Builder, node: fx.Node) -> None:
     result(b, node, "LeakyRelu", [b.value(args_of(node)[0])], alpha=float(slope))
 
 
-def _fill_like(value: float) -> Callable[[Builder, fx.Node], None]:
+def _fill_like(value: float | None) -> Callable[[Builder, fx.Node], None]:
+    """A tensor of the result's shape filled with `value` (None: the `fill_value`
+    argument, as `full` takes it); a symbolic shape becomes `ConstantOfShape`."""
+
     def fn(b: Builder, node: fx.Node) -> None:
         dtype, shape = out_type(b, node)
-        if not all(isinstance(d, int) for d in shape):
-            raise Skip("a filled tensor of a symbolic shape")
-        result(b, node, "Identity", [b.const(np.full(shape, value, dtype=NUMPY[dtype or "f32"]))])
+        np_type = NUMPY.get(dtype or "")
+        fill = args_of(node)[1] if value is None else value
+        if np_type is None or not isinstance(fill, bool | int | float):
+            raise Skip(f"a fill of {fill!r} as {dtype}")
+        if all(isinstance(d, int) for d in shape):
+            result(b, node, "Identity", [b.const(np.full(static(shape), fill, dtype=np_type))])
+            return
+        target = _shape_value(b, node, shape)
+        result(b, node, "ConstantOfShape", [target], value=np.array([fill], dtype=np_type))
 
     return fn
+
+
+def _arange(b: Builder, node: fx.Node) -> None:
+    """`torch.arange(start, end, step)` over a symbolic extent (a static one is folded):
+    an i64 `Range`, cast to the result's dtype."""
+    args = list(args_of(node))
+    if len(args) == 1:
+        args = [0, args[0], 1]
+    elif len(args) == 2:
+        args.append(1)
+    start, end, step = args
+    dtype, shape = out_type(b, node)
+    bounds: list[str] = []
+    for bound in (start, end, step):
+        if isinstance(bound, fx.Node):
+            bounds.append(b.value(bound))
+        elif isinstance(bound, int) and not isinstance(bound, bool):
+            bounds.append(b.const(np.array(bound, dtype=np.int64)))
+        else:
+            raise Skip(f"a range bound {bound!r} that is not an integer")
+    if dtype == "i64":
+        result(b, node, "Range", bounds)
+        return
+    positions = b.emit("Range", bounds, "i64", shape)
+    result(b, node, "Cast", [positions], to=onnx_dtype(dtype or "f32"))
+
+
+def _diff(b: Builder, node: fx.Node) -> None:
+    """`torch.diff(x, 1, dim, prepend, append)`: `y[1:] - y[:-1]` of `y = cat(prepend, x,
+    append)` along `dim`."""
+    args = [*args_of(node), None, None, None, None][:5]
+    x, n, dim, prepend, append = args
+    if n not in (None, 1):
+        raise Skip(f"a difference of order {n}")
+    dtype, shape = out_type(b, node)
+    if dtype == "bool":
+        raise Skip("a difference of booleans (an exclusive or)")
+    rank = len(shape)
+    axis = axis_of(-1 if dim is None else int(dim), rank)
+    parts = [p for p in (prepend, x, append) if p is not None]
+    if any(not isinstance(p, fx.Node) for p in parts):
+        raise Skip("a prepended or appended number")
+    whole = b.value(x)
+    if len(parts) > 1:
+        wide = list(b.info(x).shape or ())
+        extents = [(b.info(p).shape or ())[axis] for p in parts]
+        wide[axis] = sum(e for e in extents if isinstance(e, int)) if all(
+            isinstance(e, int) for e in extents) else None  # fmt: skip
+        whole = b.emit("Concat", [b.value(p) for p in parts], dtype, wide, {"axis": axis})
+    last = 2**63 - 1
+    later = b.emit("Slice", [whole, b.ints([1]), b.ints([last]), b.ints([axis])], dtype, shape)
+    earlier = b.emit("Slice", [whole, b.ints([0]), b.ints([-1]), b.ints([axis])], dtype, shape)
+    result(b, node, "Sub", [later, earlier])
 
 
 def _rsub(b: Builder, node: fx.Node) -> None:
@@ -513,6 +559,15 @@ TENSOR_OPS: dict[str, Handler] = {
     "masked_fill.Scalar": _masked_fill,
     "zeros_like.default": _fill_like(0.0),
     "ones_like.default": _fill_like(1.0),
+    "new_zeros.default": _fill_like(0.0),
+    "new_ones.default": _fill_like(1.0),
+    "zeros.default": _fill_like(0.0),
+    "ones.default": _fill_like(1.0),
+    "full.default": _fill_like(None),
+    "arange.default": _arange,
+    "arange.start": _arange,
+    "arange.start_step": _arange,
+    "diff.default": _diff,
     "sym_size.int": _sym_size,
 }
 """The tensor operators mapped, keyed by ATen overload name without `aten.`."""
