@@ -375,8 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warm-tokens", type=int, default=2)
     parser.add_argument("--prompt-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--servers", default="onnx,torch,transformers",
-                        help="any of onnx, torch, transformers, llamacpp")  # fmt: skip
+    parser.add_argument("--servers", default="transformers,onnx,torch",
+                        help="any of onnx, torch, transformers, llamacpp, run in this order")  # fmt: skip
     parser.add_argument("--peer-cb", action="store_true",
                         help="also run transformers serve --continuous-batching")  # fmt: skip
     parser.add_argument("--llamacpp-path", default=os.environ.get("LLAMACPP_PYTHONPATH", ""),
@@ -415,8 +415,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         forwarded = list(argv if argv is not None else sys.argv[1:])
         subprocess.run([sys.executable, __file__, *forwarded, "--prepare", str(base)],
                        check=True, env=env)  # fmt: skip
+        # its warm-up lowers the prompt widths the rounds use (the whole cache's, at the
+        # TinyLlama shape, would cost minutes of prefill nobody measures)
         linnet = [sys.executable, "-m", "linnet", "serve", str(card), "--bind", f"Batch={rows}",
-                  "--name", "bench"]  # fmt: skip
+                  "--name", "bench", "--warmup", str(args.prompt_tokens)]  # fmt: skip
         transformers_cli = [str(VENV_BIN / "transformers"), "serve", str(folder), "--host",
                             "127.0.0.1", "--device", "cpu", "--log-level", "warning"]  # fmt: skip
         llamacpp = [sys.executable, "-m", "llama_cpp.server", "--model", str(base / "bench.gguf"),
@@ -424,20 +426,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
                     "--logits_all", "false", "--interrupt_requests", "false",
                     "--verbose", "false"]  # fmt: skip
-        servers: dict[str, Server] = {}
-        if "transformers" in chosen:
-            servers["transformers serve"] = Server(transformers_cli, str(folder))
-            if args.peer_cb:
-                servers["transformers serve --cb"] = Server(
-                    [*transformers_cli, "--continuous-batching"], str(folder))  # fmt: skip
-        if "onnx" in chosen:
-            servers["linnet serve (onnx)"] = Server([*linnet, "--backend", "onnx"], "bench")
-        if "torch" in chosen:
-            servers["linnet serve (torch)"] = Server([*linnet, "--backend", "torch"], "bench")
-        if "llamacpp" in chosen:
-            servers["llama.cpp server"] = Server(llamacpp, "bench", health="/v1/models",
-                                                 llama_text=True,
-                                                 pythonpath=args.llamacpp_path)  # fmt: skip
+        servers: dict[str, Server] = {}  # in the order --servers names them
+        for kind in chosen:
+            if kind == "transformers":
+                servers["transformers serve"] = Server(transformers_cli, str(folder))
+                if args.peer_cb:
+                    servers["transformers serve --cb"] = Server(
+                        [*transformers_cli, "--continuous-batching"], str(folder))  # fmt: skip
+            elif kind in ("onnx", "torch"):
+                servers[f"linnet serve ({kind})"] = Server([*linnet, "--backend", kind], "bench")
+            else:
+                servers["llama.cpp server"] = Server(llamacpp, "bench", health="/v1/models",
+                                                     llama_text=True,
+                                                     pythonpath=args.llamacpp_path)  # fmt: skip
         results: dict[str, list[Round] | str] = {}
         for name, server in servers.items():
             try:
