@@ -333,7 +333,9 @@ def measure(name: str, server: Server, args: argparse.Namespace, env: dict[str, 
             r.peak_rss = peak
     finally:
         stop(process)
-    print(f"  {name}: load average {load_average()} after", flush=True)
+    peak = rounds[0].peak_rss if rounds else 0
+    print(f"  {name}: load average {load_average()} after; peak RSS {peak / 2**30:.2f} GiB",
+          flush=True)  # fmt: skip
     return rounds
 
 
