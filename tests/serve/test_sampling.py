@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from linnet.serve.sampling import Choice, choose_numpy, gumbel_noise
+from linnet.serve.sampling import Choice, choose_numpy, gumbel_noise, top_indices
 from linnet.serve.stops import split_stop
 
 LOGITS = np.array([2.0, 1.5, 0.3, -0.2, 0.9], np.float32)
@@ -87,6 +87,35 @@ def test_torch_and_numpy_pick_the_same_tokens() -> None:
         if x is not None and y is not None:
             assert abs(x.logprob - y.logprob) < 1e-5
             assert [t for t, _ in x.top] == [t for t, _ in y.top]
+
+
+def test_top_indices_equal_a_stable_descending_sort() -> None:
+    """The partition finds what a full stable sort finds, ties (by index) included."""
+    rng = np.random.default_rng(5)
+    values = rng.integers(-3, 4, (7, 30)).astype(np.float32)  # many ties
+    for count in (0, 1, 3, 10, 30):
+        want = np.argsort(-values, axis=1, kind="stable")[:, :count]
+        np.testing.assert_array_equal(top_indices(values, count), want)
+
+
+def test_log_probs_of_a_row_do_not_depend_on_the_others_asking() -> None:
+    """Rows that ask for log-probs get the log-softmax of their own logits and the top
+    alternatives, whether or not the other rows ask."""
+    rng = np.random.default_rng(6)
+    logits = (3 * rng.standard_normal((5, 64))).astype(np.float32)
+    asking = [Choice(0.0, 0, 1.0, None, 3)] * 5
+    mixed = [Choice(0.0, 0, 1.0, None, 3 if i % 2 else None) for i in range(5)]
+    every = choose_numpy(logits, asking)
+    some = choose_numpy(logits, mixed)
+    shifted = logits.astype(np.float64) - logits.max(1, keepdims=True)
+    reference = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
+    for i, ((token, a), (same, b)) in enumerate(zip(every, some, strict=True)):
+        assert token == same == int(logits[i].argmax())
+        assert a is not None and abs(a.logprob - reference[i, token]) < 1e-5
+        assert [t for t, _ in a.top] == np.argsort(-reference[i])[:3].tolist()
+        assert (b is None) == (i % 2 == 0)
+        if b is not None:
+            assert b == a
 
 
 def test_noise_depends_on_seed_and_step_only() -> None:

@@ -8,7 +8,7 @@ from stdlib_support import StdCases, normal
 
 SOURCE = """module cases
 
-use std.nn.cache::{write_at, write_rows, write_slot, write_slots, write_span}
+use std.nn.cache::{write_at, write_members, write_rows, write_slot, write_slots, write_span}
 
 pub entry at<B: Dim, H: Dim, S: Dim, D: Dim, T: Float>(
     cache: Tensor[B, H, S, D; T],
@@ -76,6 +76,19 @@ where
     M > 0
 {
     return write_slots(cache, value, rows, position)
+}
+
+pub entry members<B: Dim, H: Dim, S: Dim, M: Dim, D: Dim, T: Float>(
+    cache: Tensor[B, H, S, D; T],
+    value: Tensor[M, H, 1, D; T],
+    rows: Tensor[M; i32],
+    positions: Tensor[M; i32],
+) -> Tensor[B, H, S, D; T]
+where
+    S > 0,
+    M > 0
+{
+    return write_members(cache, value, rows, positions)
 }
 """
 
@@ -152,3 +165,23 @@ def test_write_slots_distinct_rows(std: StdCases, listed: list[int]) -> None:
         expected[row : row + 1] = spanned(cache[row : row + 1], value[m : m + 1], 3)
     inputs = [cache, value, np.array(listed, np.int32), np.int32(3)]
     std.expect("slots", inputs, [expected], **EXACT)
+
+
+@pytest.mark.parametrize(
+    ("listed", "positions"),
+    [([3, 0], [5, 0]), ([1], [2]), ([4, -1, 0, 5, 2], [1, 3, 5, 0, 4]), ([-3, -2], [1, 1])],
+)
+def test_write_members_one_position_per_listed_row(
+    std: StdCases, listed: list[int], positions: list[int]
+) -> None:
+    """Member m's value goes to row slots[m] at positions[m]; slots outside the rows (the
+    padding members of decode_slots) and rows nobody lists change nothing."""
+    rng = np.random.default_rng(120 + len(listed))
+    cache = normal(rng, [5, 2, 6, 3])
+    value = normal(rng, [len(listed), 2, 1, 3])
+    expected = cache.copy()
+    for m, (row, position) in enumerate(zip(listed, positions, strict=True)):
+        if 0 <= row < 5:
+            expected[row, :, position] = value[m, :, 0]
+    inputs = [cache, value, np.array(listed, np.int32), np.array(positions, np.int32)]
+    std.expect("members", inputs, [expected], **EXACT)

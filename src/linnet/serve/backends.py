@@ -157,6 +157,8 @@ class TorchDecoder:
     ) -> list[tuple[int, TokenLogprob | None]]:
         from linnet.serve.sampling import choose_torch
 
+        if _leading(members):  # decode_slots: the members are the first rows, no copy
+            return choose_torch(logits[: len(members)], choices)
         index = self.torch.tensor(list(members), device=logits.device)
         return choose_torch(logits.index_select(0, index), choices)
 
@@ -229,7 +231,9 @@ class _EntryDecoder:
     def choose(
         self, logits: Any, members: Sequence[int], choices: Sequence[Choice]
     ) -> list[tuple[int, TokenLogprob | None]]:
-        return choose_numpy(np.asarray(logits)[list(members)], choices)
+        rows = np.asarray(logits)
+        picked = rows[: len(members)] if _leading(members) else rows[list(members)]
+        return choose_numpy(picked, choices)
 
     def reset(self) -> None:
         self.model.reset_state()
@@ -288,6 +292,11 @@ class JaxDecoder(_EntryDecoder):
                 for path, value in tensors.items()
             }
         )
+
+
+def _leading(members: Sequence[int]) -> bool:
+    """Whether `members` are the rows 0, 1, ... in order (a slice takes them)."""
+    return all(m == i for i, m in enumerate(members))
 
 
 def _host(value: Any) -> Array:

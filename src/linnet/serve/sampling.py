@@ -16,12 +16,14 @@ ONNX Runtime (`choose_numpy`, whose logits come back to the host anyway).
 
 Log-probabilities are those of the model's own distribution (log-softmax of
 the raw logits, before temperature and filtering), as OpenAI's API and vLLM
-report them by default.
+report them by default. They are computed only for the rows that ask: a greedy
+batch pays for one argmax per row, never a softmax or a sort of the vocabulary
+(the top alternatives come from a partition, `top_indices`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -84,12 +86,48 @@ def _results(
     return out
 
 
+def top_indices(values: Array, count: int) -> Array:
+    """The `count` largest entries' indices of each row of `values` `[R, V]`, largest first,
+    ties by index: what a stable descending argsort's first `count` columns hold, found by
+    partitioning instead of sorting the whole row."""
+    rows, size = values.shape
+    found = np.zeros((rows, count), np.int64)
+    if count == 0:
+        return found
+    if count >= size:
+        return np.argsort(-values, axis=1, kind="stable")[:, :count]
+    # the count-th largest of each row; every index at or above it is a candidate
+    kth = np.partition(values, size - count, axis=1)[:, size - count]
+    for i in range(rows):
+        candidates = np.flatnonzero(values[i] >= kth[i])
+        order = np.lexsort((candidates, -values[i, candidates]))
+        found[i] = candidates[order[:count]]
+    return found
+
+
+Logprobs = Callable[[list[int], int], tuple[Array, Array, Array]]
+"""(the rows that ask, the top count) -> those rows' chosen-token log-probs `[A]`, top ids
+`[A, top]` and top log-probs `[A, top]`, on the host."""
+
+
+def _logprobs(compute: Logprobs, choices: Sequence[Choice]) -> tuple[Array, Array, Array]:
+    """(chosen token's log-prob, top ids, top log-probs) of each row, computed only for the
+    rows that ask (`Choice.logprobs`); zeros elsewhere, which `_results` never reads."""
+    rows = len(choices)
+    asked = [i for i, c in enumerate(choices) if c.logprobs is not None]
+    most = max((c.logprobs or 0 for c in choices), default=0)
+    chosen = np.zeros(rows, np.float32)
+    top_ids = np.zeros((rows, most), np.int64)
+    top_values = np.zeros((rows, most), np.float32)
+    if asked:
+        chosen[asked], top_ids[asked], top_values[asked] = compute(asked, most)
+    return chosen, top_ids, top_values
+
+
 def choose_numpy(logits: Array, choices: Sequence[Choice]) -> list[tuple[int, TokenLogprob | None]]:
     """The token of each row of `logits` `[R, Vocab]` (see the module docstring)."""
     x = np.asarray(logits, np.float32)
-    rows, vocab = x.shape
-    shifted = x - x.max(axis=1, keepdims=True)
-    logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    _rows, vocab = x.shape
     tokens = x.argmax(axis=1)
     temperature, top_k, top_p, greedy = _limits(choices, vocab)
     if not greedy.all():
@@ -105,23 +143,28 @@ def choose_numpy(logits: Array, choices: Sequence[Choice]) -> list[tuple[int, To
         score = np.where(keep, ranked + noise, -np.inf)
         picked = np.take_along_axis(order, score.argmax(axis=1)[:, None], axis=1)[:, 0]
         tokens = np.where(greedy, tokens, picked)
-    chosen = logp[np.arange(rows), tokens]
-    most = max((c.logprobs or 0 for c in choices), default=0)
-    top_ids = np.argsort(-logp, axis=1, kind="stable")[:, :most]
-    top_values = np.take_along_axis(logp, top_ids, axis=1)
-    return _results(choices, tokens, chosen, top_ids, top_values)
+
+    def compute(asked: list[int], most: int) -> tuple[Array, Array, Array]:
+        rows = x[asked]
+        shifted = rows - rows.max(axis=1, keepdims=True)
+        logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        ids = top_indices(logp, most)
+        chosen = logp[np.arange(len(asked)), tokens[asked]]
+        return chosen, ids, np.take_along_axis(logp, ids, axis=1)
+
+    return _results(choices, tokens, *_logprobs(compute, choices))
 
 
 def choose_torch(
     logits: torch.Tensor, choices: Sequence[Choice]
 ) -> list[tuple[int, TokenLogprob | None]]:
-    """`choose_numpy` as torch ops on the logits' device; one copy to the host at the end."""
+    """`choose_numpy` as torch ops on the logits' device; the tokens (and the asked
+    log-probs) come to the host at the end."""
     import torch
 
     x = logits.float()
     _rows, vocab = x.shape
     device = x.device
-    logp = torch.log_softmax(x, dim=1)
     tokens = x.argmax(dim=1)
     temperature, top_k, top_p, greedy = _limits(choices, vocab)
     if not greedy.all():
@@ -136,10 +179,12 @@ def choose_torch(
         score = (ranked + noise).masked_fill(~keep, -torch.inf)
         picked = order.gather(1, score.argmax(dim=1, keepdim=True))[:, 0]
         tokens = torch.where(torch.from_numpy(greedy).to(device), tokens, picked)
-    chosen = logp.gather(1, tokens[:, None])[:, 0]
-    most = max((c.logprobs or 0 for c in choices), default=0)
-    top_values, top_ids = (
-        torch.topk(logp, most, dim=1) if most else (logp[:, :0], tokens[:, None][:, :0])
-    )
-    host = [t.cpu().numpy() for t in (tokens, chosen, top_ids, top_values)]
-    return _results(choices, *host)
+
+    def compute(asked: list[int], most: int) -> tuple[Array, Array, Array]:
+        index = torch.tensor(asked, device=device)
+        logp = torch.log_softmax(x.index_select(0, index), dim=1)
+        chosen = logp.gather(1, tokens.index_select(0, index)[:, None])[:, 0]
+        top_values, top_ids = torch.topk(logp, most, dim=1)
+        return chosen.cpu().numpy(), top_ids.cpu().numpy(), top_values.cpu().numpy()
+
+    return _results(choices, tokens.cpu().numpy(), *_logprobs(compute, choices))
