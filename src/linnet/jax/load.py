@@ -305,12 +305,14 @@ def optimize_static(fn: Function) -> Function:
     constants alone folded too (static shapes: rotary frequencies and position tables
     become constants, so XLA is not given their f64 arithmetic and the trace needs no
     64-bit mode for them)."""
+    from linnet.ir.passes.dce import eliminate_dead_code
     from linnet.ir.passes.fold import fold_constants
     from linnet.pipeline import optimize
 
     fn = optimize(fn)
     folded, changed = fold_constants(fn, sources=True)
-    return optimize(folded) if changed else fn
+    # Only the now dead arithmetic goes (the shared passes ran to their fixed point already).
+    return eliminate_dead_code(folded)[0] if changed else fn
 
 
 def tensor_types(model: BoundModel | None, present: frozenset[str]) -> dict[str, TensorType]:
