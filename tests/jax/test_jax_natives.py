@@ -1,7 +1,7 @@
 """linnet.jax.natives and shared layer functions against the canonical bodies.
 
 The cache writes and attention ops of std run as one `lax` helper each in the
-generated source (`N.write_span`, `N.write_rows`, `N.attention`); the NumPy
+source `linnet.jax.load` traces (`N.write_span`, `N.write_rows`, `N.attention`); the NumPy
 reference interpreter runs their canonical bodies. They agree for every write
 position, inside the cache, partly outside and far outside (the int32
 extremes), bit for bit, and attention within the f32 contract. A Llama with
@@ -90,10 +90,9 @@ def _types(inputs: list[np.ndarray]) -> list[object]:
     return [TensorType(a.shape, dtype_of_numpy(a.dtype)) for a in inputs]
 
 
-@pytest.mark.parametrize("loader", ["load", "load_source"])
 @pytest.mark.parametrize(("entry", "count"), [("span", 3), ("one", 1)])
-def test_write_span_matches_the_canonical_body(loader: str, entry: str, count: int) -> None:
-    f = getattr(lj, loader)(SOURCE, entry=entry)
+def test_write_span_matches_the_canonical_body(entry: str, count: int) -> None:
+    f = lj.load(SOURCE, entry=entry)
     rng = np.random.default_rng(0)
     cache = rng.standard_normal((2, 3, 8, 4)).astype(np.float32)
     value = rng.standard_normal((2, 3, count, 4)).astype(np.float32)
@@ -104,9 +103,8 @@ def test_write_span_matches_the_canonical_body(loader: str, entry: str, count: i
     assert "N.write_span(" in f.generated_source()
 
 
-@pytest.mark.parametrize("loader", ["load", "load_source"])
-def test_write_rows_matches_the_canonical_body(loader: str) -> None:
-    f = getattr(lj, loader)(SOURCE, entry="rows")
+def test_write_rows_matches_the_canonical_body() -> None:
+    f = lj.load(SOURCE, entry="rows")
     rng = np.random.default_rng(1)
     cache = rng.standard_normal((2, 3, 8, 4)).astype(np.float32)
     value = rng.standard_normal((2, 3, 1, 4)).astype(np.float32)
@@ -116,10 +114,9 @@ def test_write_rows_matches_the_canonical_body(loader: str) -> None:
     assert "N.write_rows(" in f.generated_source()
 
 
-@pytest.mark.parametrize("loader", ["load", "load_source"])
 @pytest.mark.parametrize("entry", ["grouped", "grouped_rows"])
-def test_grouped_attention_matches_the_canonical_body(loader: str, entry: str) -> None:
-    f = getattr(lj, loader)(SOURCE, entry=entry)
+def test_grouped_attention_matches_the_canonical_body(entry: str) -> None:
+    f = lj.load(SOURCE, entry=entry)
     rng = np.random.default_rng(2)
     queries = 3 if entry == "grouped" else 1
     q = rng.standard_normal((2, 4, queries, 8)).astype(np.float32)

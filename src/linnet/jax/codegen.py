@@ -146,9 +146,12 @@ _RESERVED = frozenset(
 class _Emitter:
     """Writes the lines of the entry function (and its nested region functions)."""
 
-    def __init__(self, namer: Namer, globals_: dict[str, Any]) -> None:
+    def __init__(self, namer: Namer, globals_: dict[str, Any], lean: bool = False) -> None:
         self.name = namer
         self.globals = globals_
+        # lax arithmetic and std natives (linnet.jax.natives): the StableHLO path only, so
+        # that load_source keeps the program (and the f32 rounding) its gradients are pinned to
+        self.lean = lean
         self.lines: list[str] = []
         self.depth = 1
 
@@ -243,7 +246,7 @@ class _Emitter:
                 self.alias(op, op.operands[0])
             else:
                 self.assign(op, f"lax.abs({x})" if dtype != "bool" else f"jnp.abs({x})")
-        elif op.kind in _LAX_UNARY and dtype in FLOAT_DTYPES:
+        elif self.lean and op.kind in _LAX_UNARY and dtype in FLOAT_DTYPES:
             self.assign(op, f"{_LAX_UNARY[op.kind]}({x})")
         else:
             self.assign(op, f"{_UNARY[op.kind]}({x})")
@@ -255,7 +258,7 @@ class _Emitter:
         fn = _LAX_BINARY.get(op.kind)
         if op.kind == "div" and dtype in FLOAT_DTYPES:
             fn = "lax.div"
-        if fn is not None and a.type.dtype == b.type.dtype:
+        if self.lean and fn is not None and a.type.dtype == b.type.dtype:
             self.assign(op, f"{fn}({self.widened(a, shape)}, {self.widened(b, shape)})")
             return
         if op.kind == "div":
@@ -440,7 +443,7 @@ class _Emitter:
             return
         if "kernel_instance" in op.attrs and self.emit_kernel(op):
             return
-        native = find_native(op)
+        native = find_native(op) if self.lean else None
         if native is not None:  # linnet.jax.natives
             self.assign(op, native(self.args(op)), str(op.attrs["callee"]))
             return
@@ -542,8 +545,11 @@ def generate(
     fn: Function, remat: LayerRemat | None = None, *, share_layers: bool = False
 ) -> Generated:
     """`jax.numpy` source for `fn` and the callable it defines (see the module docstring);
-    with `remat`, each layer's ops run under `jax.checkpoint` (`linnet.jax.remat`); with
-    `share_layers`, layers computed alike call one jitted function (`linnet.jax.layers`)."""
+    with `remat`, each layer's ops run under `jax.checkpoint` (`linnet.jax.remat`).
+    `share_layers` (what XLA-only callers ask, `StableHLORunner`) makes the program lean:
+    layers computed alike call one jitted function (`linnet.jax.layers`), arithmetic is one
+    `lax` primitive per op and std cache writes and attention are natives
+    (`linnet.jax.natives`)."""
     namer = Namer(_RESERVED)
     globals_: dict[str, Any] = {
         "jnp": jnp,
@@ -563,7 +569,7 @@ def generate(
         if op.kind == "const":
             emitter.emit_const(op)
     body = Region(fn.body.args, [op for op in fn.body.ops if op.kind != "const"], ())
-    main = _Emitter(namer, globals_)
+    main = _Emitter(namer, globals_, lean=share_layers)
     if remat is not None:
         _emit_layers(main, body.ops, fn, remat)
     elif share_layers:
