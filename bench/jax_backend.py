@@ -3,7 +3,8 @@
 One Llama (examples/01-llama, transformers' `LlamaForCausalLM` written in
 Linnet) with random weights, TinyLlama-1.1B-shaped by default (22 layers,
 H=2048, 32 heads, 4 KV heads, f32; `--layers` and `--small` shrink it),
-decodes greedily in one process, four ways on the same weights:
+decodes greedily four ways on the same weights, each in its own process (so
+that no process holds two copies of the weights, and each compiles cold):
 
 - linnet jax: `load_model`, every entry's StableHLO compiled by XLA, the KV
   caches kept on the device and donated to each step (updated in place); the
@@ -14,23 +15,37 @@ decodes greedily in one process, four ways on the same weights:
 - linnet torch: `linnet.torch.load(..., compile=True)` (generated source);
 - transformers eager: `generate(do_sample=False)`.
 
+The parent builds transformers' model, writes its weights once to a
+SafeTensors file in a temporary folder (deleted at the end), times
+transformers, frees it, then runs each JAX/PyTorch contender as a child
+process that loads that file (`--cycles N` runs the JAX contenders N times,
+alternating, for A/B figures on a noisy machine; every figure is the median).
+Each row shows the contender's peak resident memory (`ru_maxrss`).
+
 Decode tokens per second are also shown as a fraction of the machine's read
 bandwidth cap: each step reads every weight but the embedding table once,
 plus the KV cache, so the cap is the read bandwidth (measured in this run, the
 method of bench/onnx_decode.py) divided by those bytes. Compile times: the
 first prefill and first decode call of `load_model` (lowering, StableHLO
-export, XLA compile) against `jax.jit(...).lower(...).compile()` of the peer.
+export, XLA compile) against the first prefill and first decode call of the
+peer's `jax.jit` functions (trace, lower, XLA compile), each in a fresh process.
 All four paths must produce the same tokens (printed).
 
     .venv/bin/python bench/jax_backend.py [--small] [--layers N] [--prompt 16] [--new 32]
+        [--rounds 3] [--cycles 1] [--contenders jax,peer,torch]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
 import os
+import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -185,110 +200,228 @@ def linnet_torch_generate(module: Any, prompt: Array, new: int) -> tuple[list[in
     return [int(t[0]) for t in kept], prefill_s, decode_s
 
 
+def peak_rss_gb() -> float:
+    """This process's peak resident memory (Linux reports kilobytes)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+
+
+def numpy_weights(path: str) -> dict[str, Array]:
+    from safetensors.numpy import load_file
+
+    loaded: dict[str, Array] = load_file(path)
+    return loaded
+
+
+def compiled(out: dict[str, Any], key: str, first_call: Any) -> None:
+    """Time `first_call` (trace, lower, compile, one run): wall seconds in `out[key]`, and
+    the process's CPU seconds (all threads) in `out[key + "_cpu"]`, which a busy shared
+    machine inflates much less than the wall time."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    first_call()
+    out[key] = time.perf_counter() - wall
+    out[key + "_cpu"] = time.process_time() - cpu
+
+
+def child(args: argparse.Namespace, sizes: dict[str, int]) -> dict[str, Any]:
+    """One contender in this process: compile (first calls), then `rounds` generations."""
+    max_seq = args.prompt + args.new
+    generics = {**sizes, "Batch": 1, "MaxSeq": max_seq, "T": "f32"}
+    prompt = np.random.default_rng(1).integers(0, sizes["Vocab"], (1, args.prompt))
+    prompt = prompt.astype(np.int32)
+    token = np.zeros((1,), np.int32)
+    out: dict[str, Any] = {"runs": []}
+    if args.child == "jax":
+        import linnet.jax as lj
+
+        model, out["load_s"] = timed(lj.load_model, SOURCE, generics=generics, weights=args.weights)
+        compiled(
+            out,
+            "prefill_compile",
+            lambda: model.run_entry("prefill", [prompt, 0]).block_until_ready(),
+        )
+        compiled(
+            out,
+            "decode_compile",
+            lambda: model.run_entry("decode", [token, args.prompt]).block_until_ready(),
+        )
+        out["tokens"] = linnet_jax_generate(model, prompt, args.new)[0]  # warm-up
+        for _ in range(args.rounds):
+            out["runs"].append(linnet_jax_generate(model, prompt, args.new)[1:])
+    elif args.child == "peer":
+        import jax.numpy as jnp
+
+        start = time.perf_counter()
+        weights = {}
+        for name, array in numpy_weights(args.weights).items():
+            weights[name] = jnp.asarray(array)
+            del array
+        gc.collect()
+        out["load_s"] = time.perf_counter() - start
+        peer = peer_functions(sizes, max_seq)
+        shape = (1, sizes["KvHeads"], max_seq, sizes["H"] // sizes["Heads"])
+
+        def fresh() -> list[Any]:
+            return [jnp.zeros(shape, jnp.float32) for _ in range(2 * sizes["Layers"])]
+
+        caches = fresh()
+
+        def first_prefill() -> None:
+            nonlocal caches
+            logits, caches = peer[0](weights, caches, jnp.asarray(prompt))
+            logits.block_until_ready()
+
+        def first_decode() -> None:
+            nonlocal caches
+            logits, caches = peer[1](weights, caches, jnp.asarray(token), np.int32(args.prompt))
+            logits.block_until_ready()
+
+        compiled(out, "prefill_compile", first_prefill)
+        compiled(out, "decode_compile", first_decode)
+        out["tokens"] = peer_generate(peer, weights, fresh(), prompt, args.new)[0]
+        for _ in range(args.rounds):
+            out["runs"].append(peer_generate(peer, weights, fresh(), prompt, args.new)[1:3])
+    else:
+        import linnet.torch as lt
+
+        module, out["load_s"] = timed(
+            lt.load, SOURCE, generics=generics, weights=args.weights, compile=True
+        )
+        out["tokens"] = linnet_torch_generate(module, prompt, args.new)[0]
+        for _ in range(args.rounds):
+            out["runs"].append(linnet_torch_generate(module, prompt, args.new)[1:])
+    out["rss_gb"] = peak_rss_gb()
+    return out
+
+
+def run_child(args: argparse.Namespace, name: str, weights: str) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", name, "--weights", weights]
+    command += [
+        "--prompt",
+        str(args.prompt),
+        "--new",
+        str(args.new),
+        "--rounds",
+        str(args.rounds),
+    ]
+    command += ["--small"] if args.small else []
+    command += ["--layers", str(args.layers)] if args.layers else []
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"contender {name} failed:\n{done.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="a tiny model (smoke test)")
     parser.add_argument("--layers", type=int, help="override the number of layers")
     parser.add_argument("--prompt", type=int, default=16)
     parser.add_argument("--new", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="generations per contender process")
+    parser.add_argument("--cycles", type=int, default=1, help="processes per JAX contender")
+    parser.add_argument("--contenders", default="jax,peer,torch")
+    parser.add_argument("--child", choices=["jax", "peer", "torch"], help=argparse.SUPPRESS)
+    parser.add_argument("--weights", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = dict(SMALL if args.small else TINYLLAMA)
     if args.layers:
         sizes["Layers"] = args.layers
+    if args.child:
+        print(json.dumps(child(args, sizes)))
+        return
     max_seq = args.prompt + args.new
 
     import jax
-    import jax.numpy as jnp
     import torch
-
-    import linnet.jax as lj
-    import linnet.torch as lt
+    from safetensors.torch import save_file
 
     bandwidth = read_bandwidth()
     reference = hf_model(sizes, max_seq)
-    weights = {name: t.detach().numpy() for name, t in reference.state_dict().items()}
-    generics = {**sizes, "Batch": 1, "MaxSeq": max_seq, "T": "f32"}
+    state = {k: v.detach().contiguous() for k, v in reference.state_dict().items()}
+    embed = state["model.embed_tokens.weight"].numel() * 4
+    weight_bytes = sum(v.numel() * 4 for v in state.values())
     prompt = np.random.default_rng(1).integers(0, sizes["Vocab"], (1, args.prompt))
     prompt = prompt.astype(np.int32)
-
-    model, load_s = timed(lj.load_model, SOURCE, generics=generics, weights=weights)
-    # Compile: the first prefill and the first decode (lowering, export, XLA compile).
-    _, prefill_compile = timed(model.run_entry, "prefill", [prompt, 0])
-    token = np.zeros((1,), np.int32)
-    _, decode_compile = timed(model.run_entry, "decode", [token, args.prompt])
-
-    peer = peer_functions(sizes, max_seq)
-    device_weights = {k: jnp.asarray(v) for k, v in weights.items()}
-    dim = sizes["H"] // sizes["Heads"]
-    cache_shape = (1, sizes["KvHeads"], max_seq, dim)
-
-    def fresh_caches() -> list[Any]:
-        return [jnp.zeros(cache_shape, jnp.float32) for _ in range(2 * sizes["Layers"])]
-
-    caches = fresh_caches()
-    start = time.perf_counter()
-    peer[0].lower(device_weights, caches, jnp.asarray(prompt)).compile()
-    peer_prefill_compile = time.perf_counter() - start
-    start = time.perf_counter()
-    peer[1].lower(device_weights, caches, jnp.asarray(token), np.int32(0)).compile()
-    peer_decode_compile = time.perf_counter() - start
-
-    module = lt.load(SOURCE, generics=generics, weights=weights, compile=True)
-
-    ours = linnet_jax_generate(model, prompt, args.new)[0]  # warm-up
-    theirs = peer_generate(peer, device_weights, fresh_caches(), prompt, args.new)[0]
-    torch_tokens = linnet_torch_generate(module, prompt, args.new)[0]
-    hf_tokens = hf_generate(reference, prompt, args.new)
-    runs: dict[str, list[tuple[float, float]]] = {"jax": [], "peer": [], "torch": []}
-    for _ in range(args.rounds):  # interleaved, so that load changes hit every path alike
-        _, p, d = linnet_jax_generate(model, prompt, args.new)
-        runs["jax"].append((p, d))
-        _, p, d, _ = peer_generate(peer, device_weights, fresh_caches(), prompt, args.new)
-        runs["peer"].append((p, d))
-        _, p, d = linnet_torch_generate(module, prompt, args.new)
-        runs["torch"].append((p, d))
-    full = statistics.median(
-        timed(hf_generate, reference, prompt, args.new)[1] for _ in range(args.rounds)
-    )
-    one = statistics.median(timed(hf_generate, reference, prompt, 1)[1] for _ in range(args.rounds))
+    with tempfile.TemporaryDirectory(prefix="linnet-jax-bench-") as folder:
+        weights = os.path.join(folder, "model.safetensors")
+        save_file(state, weights)
+        del state
+        hf_tokens = hf_generate(reference, prompt, args.new)
+        full = statistics.median(
+            timed(hf_generate, reference, prompt, args.new)[1] for _ in range(args.rounds)
+        )
+        one = statistics.median(
+            timed(hf_generate, reference, prompt, 1)[1] for _ in range(args.rounds)
+        )
+        hf_rss = peak_rss_gb()
+        del reference
+        gc.collect()
+        chosen = args.contenders.split(",")
+        results: dict[str, list[dict[str, Any]]] = {name: [] for name in chosen}
+        for cycle in range(args.cycles):
+            for name in chosen:
+                if name == "torch" and cycle > 0:
+                    continue
+                results[name].append(run_child(args, name, weights))
 
     steps = args.new - 1
-    embed = weights["model.embed_tokens.weight"].nbytes
-    weight_bytes = sum(a.nbytes for a in weights.values())
-    cache_bytes = 2 * sizes["Layers"] * int(np.prod(cache_shape)) * 4
+    cache_bytes = (
+        2 * sizes["Layers"] * max_seq * sizes["KvHeads"] * (sizes["H"] // sizes["Heads"]) * 4
+    )
     per_token = weight_bytes - embed + cache_bytes
     cap = bandwidth / per_token
+
+    def median(name: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[name])
+
+    def decode(name: str) -> float:
+        return statistics.median(d for r in results[name] for _, d in r["runs"])
+
+    def prefill(name: str) -> float:
+        return statistics.median(p for r in results[name] for p, _ in r["runs"])
 
     print(f"# Llama {sizes}, f32, {weight_bytes / 1e9:.2f} GB of weights; prompt {args.prompt}, "
           f"{args.new} new tokens, batch 1; jax {jax.__version__} ({jax.default_backend()}), "
           f"torch {torch.__version__}, {os.cpu_count()} cores, load average {load_average()}")  # fmt: skip
     print(f"# read bandwidth: {bandwidth / 1e9:.1f} GB/s; bytes read per decode step "
-          f"{per_token / 1e9:.3f} GB; cap {cap:.2f} tokens/s; load_model {load_s:.2f} s")  # fmt: skip
-    print(f"# compile: linnet jax prefill {prefill_compile:.2f} s, decode {decode_compile:.2f} s "
-          f"(lowering + StableHLO + XLA); peer prefill {peer_prefill_compile:.2f} s, decode "
-          f"{peer_decode_compile:.2f} s (jit lower + compile); ratio "
-          f"{(prefill_compile + decode_compile) / (peer_prefill_compile + peer_decode_compile):.2f}x")  # fmt: skip
-    print("| path | prefill ms | decode tokens/s | vs peer | ms/token | of the cap |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    peer_decode = statistics.median(d for _, d in runs["peer"])
-    rows = [
-        ("linnet jax (load_model, StableHLO on XLA)", runs["jax"]),
-        ("hand-written jax.numpy under jax.jit", runs["peer"]),
-        ("linnet torch (compile=True)", runs["torch"]),
-    ]
-    for name, timings in rows:
-        prefill = statistics.median(p for p, _ in timings)
-        decode = statistics.median(d for _, d in timings)
-        rate = steps / decode
-        print(f"| {name} | {prefill * 1e3:.0f} | {rate:.2f} | {peer_decode / decode:.2f}x "
-              f"| {decode / steps * 1e3:.1f} | {rate / cap:.0%} |")  # fmt: skip
+          f"{per_token / 1e9:.3f} GB; cap {cap:.2f} tokens/s; {args.cycles} process(es) per JAX "
+          f"contender x {args.rounds} rounds, medians")  # fmt: skip
+    if "jax" in results and "peer" in results:
+        ours = median("jax", "prefill_compile") + median("jax", "decode_compile")
+        theirs = median("peer", "prefill_compile") + median("peer", "decode_compile")
+        ours_cpu = median("jax", "prefill_compile_cpu") + median("jax", "decode_compile_cpu")
+        theirs_cpu = median("peer", "prefill_compile_cpu") + median("peer", "decode_compile_cpu")
+        print(f"# compile (first prefill + first decode call, fresh process): linnet jax "
+              f"prefill {median('jax', 'prefill_compile'):.2f} s, decode "
+              f"{median('jax', 'decode_compile'):.2f} s; peer prefill "
+              f"{median('peer', 'prefill_compile'):.2f} s, decode "
+              f"{median('peer', 'decode_compile'):.2f} s; ratio {ours / theirs:.2f}x "
+              f"(per process: {[round(r['prefill_compile'] + r['decode_compile'], 2) for r in results['jax']]}"
+              f" vs {[round(r['prefill_compile'] + r['decode_compile'], 2) for r in results['peer']]})")  # fmt: skip
+        print(f"# compile CPU seconds (all threads; less hit by a busy machine): linnet jax "
+              f"{ours_cpu:.2f} s, peer {theirs_cpu:.2f} s, ratio {ours_cpu / theirs_cpu:.2f}x")  # fmt: skip
+    print("| path | prefill ms | decode tokens/s | vs peer | ms/token | of the cap | peak RSS GB |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    labels = {
+        "jax": "linnet jax (load_model, StableHLO on XLA)",
+        "peer": "hand-written jax.numpy under jax.jit",
+        "torch": "linnet torch (compile=True)",
+    }
+    peer_decode = decode("peer") if "peer" in results else float("nan")
+    for name in chosen:
+        rate = steps / decode(name)
+        rss = max(r["rss_gb"] for r in results[name])
+        print(f"| {labels[name]} | {prefill(name) * 1e3:.0f} | {rate:.2f} | "
+              f"{peer_decode / decode(name):.2f}x | {decode(name) / steps * 1e3:.1f} | "
+              f"{rate / cap:.0%} | {rss:.1f} |")  # fmt: skip
     hf_decode = max(full - one, 1e-9)
     rate = steps / hf_decode
     print(f"| transformers eager generate | {one * 1e3:.0f} (with 1 token) | {rate:.2f} "
-          f"| {peer_decode / hf_decode:.2f}x | {hf_decode / steps * 1e3:.1f} | {rate / cap:.0%} |")  # fmt: skip
-    same = ours == theirs == torch_tokens == hf_tokens
-    print(f"# greedy tokens equal on all four paths: {same}")
+          f"| {peer_decode / hf_decode:.2f}x | {hf_decode / steps * 1e3:.1f} | {rate / cap:.0%} "
+          f"| {hf_rss:.1f} |")  # fmt: skip
+    same = all(r["tokens"] == hf_tokens for rs in results.values() for r in rs)
+    print(f"# greedy tokens equal on all {len(chosen) + 1} paths: {same}")
 
 
 if __name__ == "__main__":

@@ -44,9 +44,12 @@ from linnet.ir.regions import clause_region, free_values, region_free_values, wa
 from linnet.jax import clauses as clauses_module
 from linnet.jax import collectives as collectives_module
 from linnet.jax import kernels as kernels_module
+from linnet.jax import natives as natives_module
 from linnet.jax.collectives import ALIAS as COLLECTIVES_ALIAS
 from linnet.jax.collectives import collective_call
 from linnet.jax.dtypes import JNP_NAMES, needs_x64
+from linnet.jax.layers import Group, Run, shared_layers
+from linnet.jax.natives import find_native
 from linnet.jax.remat import LayerRemat, Segment, layer_segments
 from linnet.records import record
 
@@ -83,6 +86,36 @@ _BINARY = {
 }
 _REDUCE = {"max": "jnp.max", "min": "jnp.min", "any": "jnp.any", "all": "jnp.all"}
 
+# One `lax` primitive each, for operands of one dtype (what the IR guarantees) broadcast to
+# the result's shape first: a `jnp` call costs several times as much to trace and lower.
+_LAX_UNARY = {
+    "exp": "lax.exp",
+    "log": "lax.log",
+    "sqrt": "lax.sqrt",
+    "rsqrt": "lax.rsqrt",
+    "sin": "lax.sin",
+    "cos": "lax.cos",
+    "tanh": "lax.tanh",
+    "neg": "lax.neg",
+}
+_LAX_BINARY = {
+    "add": "lax.add",
+    "sub": "lax.sub",
+    "mul": "lax.mul",
+    "max": "lax.max",
+    "min": "lax.min",
+    "and": "lax.bitwise_and",
+    "or": "lax.bitwise_or",
+    "xor": "lax.bitwise_xor",
+    "eq": "lax.eq",
+    "ne": "lax.ne",
+    "lt": "lax.lt",
+    "le": "lax.le",
+    "gt": "lax.gt",
+    "ge": "lax.ge",
+}
+_LAX_REDUCE = {"max": "lax.reduce_max", "min": "lax.reduce_min"}
+
 
 @record
 class Generated:
@@ -106,16 +139,19 @@ def _tuple(values: Sequence[object]) -> str:
 
 
 _RESERVED = frozenset(
-    {"jnp", "lax", "K", "W", "S", "np", "clauses", "jax", "_remat_policy", COLLECTIVES_ALIAS}
+    {"jnp", "lax", "K", "N", "W", "S", "np", "clauses", "jax", "_remat_policy", COLLECTIVES_ALIAS}
 )
 
 
 class _Emitter:
     """Writes the lines of the entry function (and its nested region functions)."""
 
-    def __init__(self, namer: Namer, globals_: dict[str, Any]) -> None:
+    def __init__(self, namer: Namer, globals_: dict[str, Any], lean: bool = False) -> None:
         self.name = namer
         self.globals = globals_
+        # lax arithmetic and std natives (linnet.jax.natives): the StableHLO path only, so
+        # that load_source keeps the program (and the f32 rounding) its gradients are pinned to
+        self.lean = lean
         self.lines: list[str] = []
         self.depth = 1
 
@@ -147,6 +183,19 @@ class _Emitter:
 
     def args(self, op: Op) -> list[str]:
         return [self.name(v) for v in op.operands]
+
+    def widened(self, value: Value, shape: tuple[int, ...]) -> str:
+        """`value` broadcast to `shape` by NumPy's rule (language.md 7.6), as `lax` wants it."""
+        name = self.name(value)
+        own = value.type.shape
+        if own == shape:
+            return name
+        dims = tuple(range(len(shape) - len(own), len(shape)))
+        return f"lax.broadcast_in_dim({name}, {_tuple(shape)}, {_tuple(dims)})"
+
+    def alias(self, op: Op, value: Value) -> None:
+        """A result equal to its operand (a same-dtype cast, a same-shape broadcast)."""
+        self.assign(op, self.name(value))
 
     # -- sources ---------------------------------------------------------------------
 
@@ -181,7 +230,7 @@ class _Emitter:
         source, target = op.operands[0].type.dtype, op.results[0].type.dtype
         (x,) = self.args(op)
         if source == target:
-            self.assign(op, f"jnp.asarray({x})")
+            self.alias(op, op.operands[0])
         elif target == "bool":
             self.assign(op, f"K.to_bool({x})")
         elif source in FLOAT_DTYPES and target not in FLOAT_DTYPES:
@@ -193,38 +242,57 @@ class _Emitter:
         (x,) = self.args(op)
         dtype = op.operands[0].type.dtype
         if op.kind == "abs":
-            self.assign(op, f"jnp.asarray({x})" if dtype.startswith("u") else f"jnp.abs({x})")
+            if dtype.startswith("u"):
+                self.alias(op, op.operands[0])
+            else:
+                self.assign(op, f"lax.abs({x})" if dtype != "bool" else f"jnp.abs({x})")
+        elif self.lean and op.kind in _LAX_UNARY and dtype in FLOAT_DTYPES:
+            self.assign(op, f"{_LAX_UNARY[op.kind]}({x})")
         else:
             self.assign(op, f"{_UNARY[op.kind]}({x})")
 
     def emit_binary(self, op: Op) -> None:
-        a, b = self.args(op)
-        dtype = op.operands[0].type.dtype
+        a, b = op.operands
+        dtype = a.type.dtype
+        shape = op.results[0].type.shape
+        fn = _LAX_BINARY.get(op.kind)
+        if op.kind == "div" and dtype in FLOAT_DTYPES:
+            fn = "lax.div"
+        if self.lean and fn is not None and a.type.dtype == b.type.dtype:
+            self.assign(op, f"{fn}({self.widened(a, shape)}, {self.widened(b, shape)})")
+            return
         if op.kind == "div":
             fn = "jnp.true_divide" if dtype in FLOAT_DTYPES else "K.int_div"
         elif op.kind == "rem":
             fn = "K.fmod" if dtype in FLOAT_DTYPES else "K.int_rem"
         else:
             fn = _BINARY[op.kind]
-        self.assign(op, f"{fn}({a}, {b})")
+        self.assign(op, f"{fn}({self.name(a)}, {self.name(b)})")
 
     def emit_select(self, op: Op) -> None:
-        c, a, b = self.args(op)
-        self.assign(op, f"jnp.where({c}, {a}, {b})")
+        shape = op.results[0].type.shape
+        c, a, b = (self.widened(v, shape) for v in op.operands)
+        self.assign(op, f"lax.select({c}, {a}, {b})")
 
     # -- shape ops -------------------------------------------------------------------
 
     def emit_broadcast(self, op: Op) -> None:
-        (x,) = self.args(op)
-        self.assign(op, f"jnp.broadcast_to({x}, {_tuple(ints(op, 'shape'))})")
+        self.assign(op, self.widened(op.operands[0], ints(op, "shape")))
 
     def emit_reshape(self, op: Op) -> None:
         (x,) = self.args(op)
-        self.assign(op, f"jnp.reshape({x}, {_tuple(ints(op, 'shape'))})")
+        if op.operands[0].type.shape == op.results[0].type.shape:
+            self.alias(op, op.operands[0])
+        else:
+            self.assign(op, f"lax.reshape({x}, {_tuple(ints(op, 'shape'))})")
 
     def emit_permute(self, op: Op) -> None:
         (x,) = self.args(op)
-        self.assign(op, f"jnp.transpose({x}, {_tuple(ints(op, 'perm'))})")
+        perm = ints(op, "perm")
+        if perm == tuple(range(len(perm))):
+            self.alias(op, op.operands[0])
+        else:
+            self.assign(op, f"lax.transpose({x}, {_tuple(perm)})")
 
     def emit_slice(self, op: Op) -> None:
         (x,) = self.args(op)
@@ -243,7 +311,7 @@ class _Emitter:
 
     def emit_concat(self, op: Op) -> None:
         xs = ", ".join(self.args(op))
-        self.assign(op, f"jnp.concatenate([{xs}], axis={op.attrs['axis']})")
+        self.assign(op, f"lax.concatenate([{xs}], {op.attrs['axis']})")
 
     def emit_cumsum(self, op: Op) -> None:
         # In the operand's own dtype (language-extensions 5.2): jnp.cumsum widens integers.
@@ -265,12 +333,16 @@ class _Emitter:
         axes = ints(op, "axes")
         (x,) = self.args(op)
         if not axes:
-            self.assign(op, f"jnp.asarray({x})")
+            self.alias(op, op.operands[0])
         elif any(t.shape[a] == 0 for a in axes):
             out = op.results[0].type
             self.assign(op, f"K.empty_reduction({kind!r}, {t.dtype!r}, {_tuple(out.shape)})")
+        elif kind == "sum" and t.dtype in ("f32", "f64"):
+            self.assign(op, f"lax.reduce_sum({x}, {_tuple(axes)})")
         elif kind in ("sum", "prod"):
             self.assign(op, f"K.reduce_{kind}({x}, {_tuple(axes)}, {t.dtype!r})")
+        elif kind in _LAX_REDUCE and t.dtype != "bool":
+            self.assign(op, f"{_LAX_REDUCE[kind]}({x}, {_tuple(axes)})")
         else:
             self.assign(op, f"{_REDUCE[kind]}({x}, axis={_tuple(axes)})")
 
@@ -371,6 +443,10 @@ class _Emitter:
             return
         if "kernel_instance" in op.attrs and self.emit_kernel(op):
             return
+        native = find_native(op) if self.lean else None
+        if native is not None:  # linnet.jax.natives
+            self.assign(op, native(self.args(op)), str(op.attrs["callee"]))
+            return
         (body,) = op.regions
         self.line(f"# {op.attrs['callee']}")
         # Region values are SSA: arguments and results alias the caller's names.
@@ -465,14 +541,21 @@ class _Emitter:
         return name
 
 
-def generate(fn: Function, remat: LayerRemat | None = None) -> Generated:
+def generate(
+    fn: Function, remat: LayerRemat | None = None, *, share_layers: bool = False
+) -> Generated:
     """`jax.numpy` source for `fn` and the callable it defines (see the module docstring);
-    with `remat`, each layer's ops run under `jax.checkpoint` (`linnet.jax.remat`)."""
+    with `remat`, each layer's ops run under `jax.checkpoint` (`linnet.jax.remat`).
+    `share_layers` (what XLA-only callers ask, `StableHLORunner`) makes the program lean:
+    layers computed alike call one jitted function (`linnet.jax.layers`), arithmetic is one
+    `lax` primitive per op and std cache writes and attention are natives
+    (`linnet.jax.natives`)."""
     namer = Namer(_RESERVED)
     globals_: dict[str, Any] = {
         "jnp": jnp,
         "lax": lax,
         "K": kernels_module,
+        "N": natives_module,
         "np": np,
         "clauses": clauses_module,
         "jax": jax,
@@ -486,11 +569,13 @@ def generate(fn: Function, remat: LayerRemat | None = None) -> Generated:
         if op.kind == "const":
             emitter.emit_const(op)
     body = Region(fn.body.args, [op for op in fn.body.ops if op.kind != "const"], ())
-    main = _Emitter(namer, globals_)
-    if remat is None:
-        main.region(body)
-    else:
+    main = _Emitter(namer, globals_, lean=share_layers)
+    if remat is not None:
         _emit_layers(main, body.ops, fn, remat)
+    elif share_layers:
+        _emit_shared_layers(main, body.ops, fn)
+    else:
+        main.region(body)
     results = ", ".join(namer(v) for v in fn.results)
     updates = ", ".join(f"{path!r}: {namer(v)}" for path, v in fn.state_updates.items())
     main.line(f"return [{results}], {{{updates}}}")
@@ -517,3 +602,39 @@ def _emit_layers(main: _Emitter, ops: list[Op], fn: Function, remat: LayerRemat)
         done = segment.stop
     for op in ops[done:]:
         main.op(op)
+
+
+def _emit_shared_layers(main: _Emitter, ops: list[Op], fn: Function) -> None:
+    """The top-level `ops`, each group of alike layers as calls of one function under
+    `jax.jit`, defined where the group's first layer runs (`linnet.jax.layers`)."""
+    starts: dict[int, tuple[Group, Run]] = {}
+    for group in shared_layers(fn, ops):
+        for run in group.runs:
+            starts[run.start] = (group, run)
+    defined: dict[int, str] = {}
+    position = 0
+    while position < len(ops):
+        found = starts.get(position)
+        if found is None:
+            main.op(ops[position])
+            position += 1
+            continue
+        group, run = found
+        outputs = [run.local[i] for i in group.outputs]
+        name = defined.get(id(group))
+        if name is None:
+            name = defined[id(group)] = main.name.fresh(f"layer_{len(defined)}")
+            main.line("@jax.jit")
+            main.line(f"def {name}({', '.join(main.name(v) for v in run.outside)}):")
+            main.depth += 1
+            for op in ops[run.start : run.stop]:
+                main.op(op)
+            main.line(f"return {_tuple([main.name(v) for v in outputs]) if outputs else '()'}")
+            main.depth -= 1
+        call = f"{name}({', '.join(main.name(v) for v in run.outside)})"
+        if outputs:
+            names = ", ".join(main.name(v) for v in outputs)
+            main.line(f"{names}{',' if len(outputs) == 1 else ''} = {call}")
+        else:
+            main.line(call)
+        position = run.stop

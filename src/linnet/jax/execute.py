@@ -85,7 +85,8 @@ class StableHLORunner:
         sharding: Callable[[str | None, TensorType], Any] | None = None,
     ) -> None:
         self.function = fn
-        self.generated: Generated = generate(fn)
+        # Alike layers traced and lowered once (linnet.jax.layers): XLA inlines them again.
+        self.generated: Generated = generate(fn, share_layers=True)
         self.stablehlo: StableHLO = export_stablehlo(fn, self.generated, sharding=sharding)
         contract = self.stablehlo.contract
         exported = self.stablehlo.executable()

@@ -268,7 +268,7 @@ class LinnetJaxFunction:
     def lower(
         self, input_types: Sequence[TensorType], generics: Mapping[str, object] | None = None
     ) -> Function:
-        from linnet.pipeline import lower, lower_module_entry, optimize
+        from linnet.pipeline import lower, lower_module_entry
 
         if self.model is None:
             fn = lower_module_entry(
@@ -276,7 +276,7 @@ class LinnetJaxFunction:
             )
         else:
             fn = lower(self.model, self.name, input_types, self.present, generics=generics)
-        fn = optimize(fn)
+        fn = optimize_static(fn)
         if self.rewrite is None:
             return fn
         from linnet.ir.passes.dce import eliminate_dead_code
@@ -306,6 +306,21 @@ class LinnetJaxFunction:
     def __repr__(self) -> str:
         how = "StableHLO on XLA" if self.stablehlo else "generated jax.numpy source"
         return f"<linnet.jax entry `{self.name}` ({how})>"
+
+
+def optimize_static(fn: Function) -> Function:
+    """The passes of `linnet.pipeline.optimize`, then what is computed from `iota`s and
+    constants alone folded too (static shapes: rotary frequencies and position tables
+    become constants, so XLA is not given their f64 arithmetic and the trace needs no
+    64-bit mode for them)."""
+    from linnet.ir.passes.dce import eliminate_dead_code
+    from linnet.ir.passes.fold import fold_constants
+    from linnet.pipeline import optimize
+
+    fn = optimize(fn)
+    folded, changed = fold_constants(fn, sources=True)
+    # Only the now dead arithmetic goes (the shared passes ran to their fixed point already).
+    return eliminate_dead_code(folded)[0] if changed else fn
 
 
 def tensor_types(model: BoundModel | None, present: frozenset[str]) -> dict[str, TensorType]:

@@ -3,7 +3,8 @@
 Input/output: a `Function`. An op is folded when it is region-free, has at
 least one operand, every operand is the result of a `const`, and its result has
 at most `FOLD_LIMIT` elements (so broadcasting a scalar to a large shape is not
-materialised into the program). Values are computed by the reference kernels
+materialised into the program); `sources=True` folds operand-free `iota`s as
+well (the JAX backend's static shapes). Values are computed by the reference kernels
 (`linnet.ir.kernels`), so folding cannot change what a program computes. An op
 whose evaluation fails at run time (an out-of-range constant index) is left in
 place for the backend to report. An `if` whose condition is constant is
@@ -30,9 +31,10 @@ FOLD_LIMIT = 4096
 
 
 class ConstantFolder(Rewriter):
-    def __init__(self) -> None:
+    def __init__(self, sources: bool = False) -> None:
         super().__init__()
         self.constants: dict[object, npt.NDArray[Any]] = {}
+        self.sources = sources
 
     def visit(self, op: Op) -> list[Op]:
         if op.kind == "const":
@@ -61,7 +63,7 @@ class ConstantFolder(Rewriter):
         return (
             op.kind in KERNELS
             and not op.regions
-            and bool(op.operands)
+            and (bool(op.operands) or (self.sources and op.kind == "iota"))
             and all(v in self.constants for v in op.operands)
             and op.results[0].type.size <= FOLD_LIMIT
         )
@@ -74,7 +76,11 @@ class ConstantFolder(Rewriter):
         return list(taken.ops)
 
 
-def fold_constants(fn: Function) -> tuple[Function, bool]:
-    """Fold `fn`; also say whether anything changed."""
-    folder = ConstantFolder()
+def fold_constants(fn: Function, *, sources: bool = False) -> tuple[Function, bool]:
+    """Fold `fn`; also say whether anything changed.
+
+    `sources` also folds `iota` (an op without operands) and so everything computed
+    from iotas and constants alone (rotary frequencies, position tables): for a
+    backend whose shapes are all static, where a size never varies per call."""
+    folder = ConstantFolder(sources)
     return folder.function(fn), folder.changed
