@@ -62,7 +62,11 @@ def test_load_model_dequantises_once_and_computes_the_std_body(tmp_path: Path, n
     if name != "int4":
         return
     packed = lj.load_model(source, generics=GENERICS, weights=weights, dequantize=False)
-    np.testing.assert_array_equal(np.asarray(packed(tokens)), expected)
+    # load_model's StableHLO emits lax ops and grouped attention (linnet.jax.natives), so it
+    # rounds like the std body only to f32 accumulation order, not bit for bit
+    np.testing.assert_allclose(
+        np.asarray(packed(tokens)), expected, rtol=0, atol=1e-5 * np.abs(expected).max()
+    )
     assert not packed.derived and "# std.quant::" in packed.entry("forward").generated_source()
     # the KV-cache decode reads the same dequantised weights
     first = np.asarray(model.run_entry("prefill", [tokens[:, :8], np.int32(0)]))
