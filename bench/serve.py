@@ -13,7 +13,9 @@ the folder itself (`transformers serve FOLDER --device cpu`, offline; add
 `--peer-cb` for its continuous-batching mode too); llama.cpp (`--servers ...,llamacpp`)
 serves an f32 GGUF that `linnet.gguf.export` writes from the card's weights, through
 llama-cpp-python's `python -m llama_cpp.server` (`--llamacpp-path` puts its package
-and the server's extra dependencies on that child's PYTHONPATH). The GGUF carries
+and the server's extra dependencies on that child's PYTHONPATH; the venv lacks four,
+installed beside it with `pip install --no-deps --target DIR sse-starlette==3.7.1
+starlette-context==0.5.1 pydantic-settings==2.16.3 python-dotenv==1.2.4`). The GGUF carries
 a SentencePiece vocabulary of one character per token (`llama_piece`), so the prompt
 that the other servers read as 16 words llama.cpp reads as the same 16 tokens (its
 leading `▁` is token 1, then the same ids). llama-cpp-python's server runs one

@@ -13,7 +13,10 @@ The quantised Llama example (`examples/01-llama/quantised.py`, int4 groups of
   act-order included) survives import then export byte for byte;
 - transformers itself (slow; skipped unless `gptqmodel` and `optimum` import:
   they do not install into the shared venv, gptqmodel pins torch >= 2.14, so
-  run with `PYTHONPATH=<a side --target install>`): `from_pretrained` loads
+  run with `PYTHONPATH=<a side --target install>`, made with `pip install --no-deps
+  --target DIR gptqmodel==7.7.0 optimum==2.3.0 device-smi==0.5.7 pypcre==0.6.4
+  tokenicer==0.0.14 logbar==0.4.15 torchao==0.18.0 defuser==0.0.28
+  pillow==13.0.0`; its CPU kernel compiles on first use): `from_pretrained` loads
   the folder through GPTQModel's CPU kernel, each quantised module's own
   `dequantize_weight()` equals ours rounded to its f16 output, and the logits
   equal linnet.torch's up to the kernel's bf16 activations (a gap far below
