@@ -148,7 +148,7 @@ def _bind(t: Translation, expr: ast.Expr, value: Value, hint: str) -> ast.Expr:
 def _local(t: Translation, layout: Layout, name: str, value: Value) -> str:
     """The local (or entry input) holding a state's new value, bound if it is none."""
     assert value.expr is not None, "results are materialised by translation"
-    made = {_defined(s) for s in t.body}
+    made = {defined_name(s) for s in t.body}
     inputs = {n for n, _ in t.inputs}
     if isinstance(value.expr, ast.Name) and value.expr.ident.name in made | inputs:
         return value.expr.ident.name
@@ -158,7 +158,8 @@ def _local(t: Translation, layout: Layout, name: str, value: Value) -> str:
     return bound.ident.name
 
 
-def _defined(stmt: ast.Stmt) -> str | None:
+def defined_name(stmt: ast.Stmt) -> str | None:
+    """The name a `let` or a comprehension statement defines (None for any other)."""
     if isinstance(stmt, ast.LetStmt) and isinstance(stmt.pattern, ast.NamePattern):
         return stmt.pattern.name.name
     if isinstance(stmt, ast.ComprehensionStmt):
@@ -170,7 +171,7 @@ def _position(body: list[ast.Stmt], path: str, local: str) -> int:
     """Where a write goes: after the last read of the old value and after `local` is made."""
     at = 0
     for i, stmt in enumerate(body):
-        if _defined(stmt) == local or path in access_paths(stmt):
+        if defined_name(stmt) == local or path in access_paths(stmt):
             at = i + 1
     return at
 

@@ -33,6 +33,7 @@ from linnet.onnx.importer.ops._common import mark_nonneg
 from linnet.sourcegen import build
 from linnet.sourcegen.graph import Graph
 from linnet.sourcegen.outline import names_read
+from linnet.sourcegen.state import defined_name
 from linnet.sourcegen.translate import Context, _is_literal, numpy_dtype_name
 from linnet.sourcegen.values import Value
 from linnet.syntax import ast
@@ -109,7 +110,7 @@ def try_for_loop(
         return undo()  # a constant bool yield has no typed spelling worth the loop
 
     stmts, t.body = t.body, saved_body
-    made = {_defined(s) for s in stmts} - {None}
+    made = {defined_name(s) for s in stmts} - {None}
     # Outer constants first written inside the body must not read its locals.
     for v in pending:
         if v.expr is not None and names_read(v.expr) & made:
@@ -247,14 +248,6 @@ def _let(name: str, expr: ast.Expr) -> ast.Stmt:
     return ast.LetStmt(ast.NamePattern(build.ident(name), build.SPAN), None, expr, build.SPAN)
 
 
-def _defined(stmt: ast.Stmt) -> str | None:
-    if isinstance(stmt, ast.LetStmt) and isinstance(stmt.pattern, ast.NamePattern):
-        return stmt.pattern.name.name
-    if isinstance(stmt, ast.ComprehensionStmt):
-        return stmt.name.name
-    return None
-
-
 def _drop_unread(stmts: list[ast.Stmt], finals: list[ast.Expr]) -> list[ast.Stmt]:
     """The body without `let`s nothing in it reads (translators leave a few behind)."""
     while True:
@@ -263,7 +256,7 @@ def _drop_unread(stmts: list[ast.Stmt], finals: list[ast.Expr]) -> list[ast.Stmt
             read |= names_read(expr)
         for s in stmts:
             read |= names_read(s)
-        kept = [s for s in stmts if _defined(s) is None or _defined(s) in read]
+        kept = [s for s in stmts if defined_name(s) is None or defined_name(s) in read]
         if len(kept) == len(stmts):
             return stmts
         stmts = kept
