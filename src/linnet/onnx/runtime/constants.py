@@ -96,6 +96,13 @@ def _reads_constants(node: onnx.NodeProto) -> bool:
     return node.op_type == "Identity" and node.name.startswith(FOLD_MARK)
 
 
+def reaches_weights_only(
+    node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto], weights: Mapping[str, str]
+) -> bool:
+    """Whether `node`'s weight-side inputs are computed from weights alone (and some)."""
+    return _weight_inputs(node, producers, weights, set())
+
+
 def _weight_inputs(
     node: onnx.NodeProto,
     producers: Mapping[str, onnx.NodeProto],

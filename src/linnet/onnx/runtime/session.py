@@ -39,6 +39,7 @@ from linnet.errors import InternalError, LinnetError
 from linnet.ir.core import TensorType
 from linnet.onnx.runtime.constants import add_memory_files, constant_weights
 from linnet.onnx.runtime.contract import Contract, dtypes_in
+from linnet.onnx.runtime.siblings import merge_siblings
 from linnet.onnx.runtime.state import StateStore
 from linnet.onnx.runtime.values import Buffer, Device, Provider, provider_name
 
@@ -70,6 +71,10 @@ Single unalternated runs in the issue had spinning ahead, 1.31x busy and 1.10x
 on a quieter machine. So: off. Under load spinning lost up to 2.7x in a round,
 where it has been seen to gain 1.1-1.3x; a quiet machine's rerun of the study
 decides whether that gain is worth the loss on a shared one."""
+
+MERGE_SIBLINGS = True
+"""Whether CPU sessions merge weight-only products that read the same activation into one
+kernel (`siblings`; the same function). A switch for measuring the merge against its absence."""
 
 _shared_arena = False
 
@@ -174,6 +179,8 @@ class EntrySession:
         used = graph_providers(providers) if cuda_graph else list(providers)
         constant: dict[str, np.ndarray] = {}
         if device.kind == "cpu":
+            if MERGE_SIBLINGS:
+                proto = merge_siblings(proto, contract.weights)
             proto, constant = constant_weights(proto, contract.weights, weights)
         inputs = {v.name for v in proto.graph.input}
         self.session = create_session(proto, used, device, entry, options, constant)
