@@ -194,6 +194,7 @@ class EntrySession:
             if name in inputs:
                 self.binding.bind_ortvalue_input(name, weights[path])
         self.runs = 0
+        self._bound_states: dict[tuple[str, bool], ort.OrtValue] = {}
         self._fixed: dict[str, Buffer] = {}
         self._graph_inputs: list[Buffer | None] = []
         self._graph_results: list[Buffer] = []
@@ -231,14 +232,14 @@ class EntrySession:
             if name is not None:
                 binding.bind_ortvalue_input(name, value)
         for name, path in self.contract.state_inputs.items():
-            binding.bind_ortvalue_input(name, states.current[path].value)
+            self._bind_state(name, states.current[path].value, output=False)
         swapped: list[str] = []
         for name, path in self.contract.state_outputs.items():
             if self.contract.update_modes[path] == "swap":
-                binding.bind_ortvalue_output(name, states.spare(path).value)
+                self._bind_state(name, states.spare(path).value, output=True)
                 swapped.append(path)
             else:
-                binding.bind_ortvalue_output(name, states.current[path].value)
+                self._bind_state(name, states.current[path].value, output=True)
         where = self.device if keep_on_device else Device()
         types = self.contract.result_types if result_types is None else result_types
         results = [Buffer(t, where) for t in types]
@@ -249,6 +250,19 @@ class EntrySession:
             states.swap(path)
         self.runs += 1
         return [b.value if keep_on_device or b.array is None else b.array for b in results]
+
+    def _bind_state(self, name: str, value: ort.OrtValue, *, output: bool) -> None:
+        """Bind a state buffer, unless the binding already holds this very `OrtValue`: a
+        binding keeps what it was given between runs, and a decode step of a 22-layer Llama
+        binds 88 state buffers that change only when a swap moves them."""
+        key = (name, output)
+        if self._bound_states.get(key) is value:
+            return
+        self._bound_states[key] = value  # also keeps it alive while bound
+        if output:
+            self.binding.bind_ortvalue_output(name, value)
+        else:
+            self.binding.bind_ortvalue_input(name, value)
 
     # -- CUDA graphs -----------------------------------------------------------------------
 
