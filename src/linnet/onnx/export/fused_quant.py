@@ -32,6 +32,9 @@ Stage: finders registered in `fused` (`fused=True`, CPU provider, f32).
   codes after `BitShift` / `BitwiseAnd` on the u8 bytes, times a `Gather` of
   the 256 E8M0 powers), behind a `FOLD_MARK` `Identity`, then a `MatMul`.
 
+On the CPU, a session merges the `MatMulNBits` nodes that read the same
+activation into one (`linnet.onnx.runtime.siblings`).
+
 The 4-bit block size must be a power of two of at least 16 (the kernel's
 requirement); other sizes, other dtypes, and rank-0 inputs inline the body.
 The weight-side conversions are ops on the weights alone: when the weights
