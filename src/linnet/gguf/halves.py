@@ -58,7 +58,8 @@ def bf16_reference(values: Array) -> Array:
 
 
 def to_f16(values: Array, out: Array) -> Array:
-    """`values` (1-D f32) into `out` (f16, the same size) as `f16_reference` converts them."""
+    """`values` (1-D f32, writable: torch shares its memory) into `out` (f16, the same
+    size) as `f16_reference` converts them."""
     torch = _torch()
     if torch is None:
         out[...] = f16_reference(values)
@@ -69,7 +70,8 @@ def to_f16(values: Array, out: Array) -> Array:
 
 
 def to_bf16(values: Array, out: Array) -> Array:
-    """`values` (1-D f32) into `out` (uint16, the same size) as `bf16_reference` converts them."""
+    """`values` (1-D f32, writable) into `out` (uint16, the same size) as `bf16_reference`
+    converts them."""
     torch = _torch()
     if torch is None:
         out[...] = bf16_reference(values)
