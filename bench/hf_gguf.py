@@ -8,9 +8,11 @@ and reused). Then, each in a process of its own so that time and peak memory
 
 - `hf.export` of the examples/01-llama source with those weights, against a
   plain file copy of the same bytes (`shutil.copyfile`; aim: at most 1.2x);
-- `gguf.export` at f32, f16 and q8_0, against llama.cpp's own converter
-  (`convert_hf_to_gguf.py` from `--llama-cpp DIR`, e.g. the `vendor/llama.cpp`
-  folder of the `llama-cpp-python` source package, run with its own `gguf-py`);
+- `gguf.export` at f32, f16 and q8_0 (bf16 too with `--only gguf-bf16`),
+  against llama.cpp's own converter (`convert_hf_to_gguf.py` from
+  `--llama-cpp DIR`, e.g. the `vendor/llama.cpp` folder of the
+  `llama-cpp-python` source package, run with its own `gguf-py`; `--no-peer`
+  leaves it out);
   aim: at most 10 s and 1 GB each. The converter needs a tokenizer it knows:
   with `sentencepiece` importable a word-level `tokenizer.model` is trained into
   the folder, otherwise the peer column says why it is missing;
@@ -28,7 +30,8 @@ The machine's load average is printed before and after: timings on a shared
 machine are noisy, so compare the alternating rounds, not single figures.
 
     .venv/bin/python bench/hf_gguf.py [--layers N] [--small] [--keep DIR] [--llama-cpp DIR]
-                                      [--only hf|gguf|convert|decode ...] [--new N] [--rounds R]
+                                      [--only hf|gguf|gguf-T|convert|decode ...] [--no-peer]
+                                      [--repeat N] [--new N] [--rounds R]
 """
 
 from __future__ import annotations
@@ -112,9 +115,16 @@ def child(kind: str, folder: Path, out: Path, sizes: dict[str, int], llama_cpp: 
     sys.path.insert(0, str(ROOT / "src"))
     note = ""
     if kind == "hf":
-        # Imported before the clock starts: the file copy it is compared with pays no import
-        # either (the gguf rows include theirs, as the converter's process does).
+        # Imported before the clock starts, with the modules export imports when it runs
+        # (checker, binder, ...): the file copy it is compared with pays no import either
+        # (the gguf rows include theirs, as the converter's process does).
+        import linnet.check.checker
+        import linnet.check.modules
+        import linnet.gguf
         import linnet.hf
+        import linnet.ir.bind
+        import linnet.pipeline
+        import linnet.weights
     start = time.perf_counter()
     who = resource.RUSAGE_SELF
     if kind == "copy":
@@ -159,6 +169,7 @@ def child(kind: str, folder: Path, out: Path, sizes: dict[str, int], llama_cpp: 
     print(json.dumps({"seconds": seconds, "cpu": cpu, "peak": peak_bytes(who), "note": note}))
 
 
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
 DECODE_TYPES = ("f32", "q8_0", "q4_0")
 DECODE_PROMPT = 8
 
@@ -287,9 +298,19 @@ def main() -> None:
     parser.add_argument("--child", default=None)
     parser.add_argument("--out", default=None)
     parser.add_argument(
-        "--only", nargs="+", choices=("hf", "gguf", "convert", "decode"), default=None,
-        help="measure only these rows (default: all)",
+        "--only", nargs="+", default=None,
+        choices=("hf", "gguf", *(f"gguf-{t}" for t in GGUF_TYPES), "convert", "decode"),
+        help="measure only these rows (default: all; gguf: its f32, f16 and q8_0 rows)",
     )  # fmt: skip
+    parser.add_argument(
+        "--no-peer", action="store_true", help="gguf rows without llama.cpp's converter"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of each hf/gguf row, ours and peer alternating",
+    )
     args = parser.parse_args()
     sizes = dict(SMALL if args.small else TINYLLAMA)
     if args.layers is not None:
@@ -323,20 +344,21 @@ def main() -> None:
     rows = [("hf.export", "hf", "file copy", "copy")] if "hf" in only else []
     rows += [
         (f"gguf {t}", f"gguf-{t}", f"convert_hf_to_gguf {t}", f"peer-{t}")
-        for t in ("f32", "f16", "q8_0")
-        if "gguf" in only
+        for t in GGUF_TYPES
+        if f"gguf-{t}" in only or ("gguf" in only and t != "bf16")
     ]
     # cpu: user + system seconds of the process (the peer's: of its converter), which a
     # machine shared with other work inflates far less than the wall-clock seconds
     if rows:
         print(f"{'ours':<16}{'s':>8}{'cpu s':>7}{'peak GB':>9}  {'peer':<24}{'s':>8}{'cpu s':>7}"
               f"{'peak GB':>9}{'ratio':>7}")  # fmt: skip
-    for label, kind, peer_label, peer_kind in rows:
+    for label, kind, peer_label, peer_kind in [row for row in rows for _ in range(args.repeat)]:
         ours = measure(kind, folder, sizes, args)
-        if peer_kind == "copy" or peer_ok:
+        if peer_kind == "copy" or (peer_ok and not args.no_peer):
             theirs = measure(peer_kind, folder, sizes, args)
         else:
             why = "no --llama-cpp" if not args.llama_cpp else "no tokenizer.model (sentencepiece)"
+            why = "--no-peer" if args.no_peer else why
             theirs = {"seconds": float("nan"), "cpu": float("nan"), "peak": 0, "note": why}
         ratio = (
             ours["seconds"] / theirs["seconds"]

@@ -30,17 +30,22 @@ What llama.cpp expects and the transformers names do not give:
   block type holds them (another group size, an activation order), their exact
   dequantised weight at the outtype (`linnet.gguf.quantised`).
 
-Tensors are converted and written one at a time (the header is written first
-from shapes alone), into a temporary file renamed at the end (`linnet.atomic`);
-one worker thread converts the next tensor while this one is written (NumPy and
-the file write release the GIL), so at most two converted tensors are held.
+The header is written first, from shapes and types alone; then each tensor's
+data by the fastest path that gives the same bytes (`linnet.gguf.stream`): an
+f32 tensor kept as it is goes file to file in the kernel, conversions to f16,
+bf16 (torch's casts with the reference's rounding, `linnet.gguf.halves`) and
+Q8_0 run chunk by chunk from the checkpoint file, and the rest (permuted,
+transposed, Q4_0, `std.quant` blocks) is built whole, one worker thread
+building the next tensor while this one is written. Everything goes into a
+temporary file renamed at the end (`linnet.atomic`); a few tensors' worth of
+memory is held at most.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -49,12 +54,14 @@ import numpy as np
 
 from linnet.atomic import atomic_write
 from linnet.errors import LinnetError
+from linnet.gguf.halves import to_bf16, to_f16
 from linnet.gguf.q8 import quantize_q8_0
 from linnet.gguf.quantised import QuantisedLinear, block_bytes, dequantized, find_quantised
+from linnet.gguf.stream import TensorData
 from linnet.hf.families import LONGROPE_PATH
 from linnet.hf.folder import BoundFamily, bind_family
 from linnet.records import record
-from linnet.weights.safetensors import release_mapped
+from linnet.weights.safetensors import FileCopier, release_mapped
 
 OUTTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
 _ARCHES = {"llama": "LLAMA", "qwen2": "QWEN2", "qwen3": "QWEN3", "phi3": "PHI3", "gpt2": "GPT2"}
@@ -131,37 +138,125 @@ def export(
     for gname, array in extra.items():
         writer.add_tensor_info(gname, array.shape, array.dtype, array.nbytes)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(target, durable=False) as handle:
+    with atomic_write(target, durable=False) as handle, FileCopier(handle) as copier:
         # NOTE: the writer's own open() is bypassed so the file goes through linnet.atomic;
-        # these are the two fields its `open_output_file` would set.
+        # these are the two fields its `open_output_file` would set. The tensor data is
+        # written by `TensorData`, padded as the writer's `write_tensor_data` pads it.
         writer.fout = [handle]  # type: ignore[list-item]
         writer.state = gguf.gguf_writer.WriterState.EMPTY
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
-        with ThreadPoolExecutor(max_workers=1) as worker:
-
-            def converted(path: str) -> np.ndarray:
-                data = _data(bound, path, outtype, linears)
-                release_mapped(bound.arrays[path])
-                return data
-
-            pending = [worker.submit(converted, path) for path, _ in plan[:1]]
-            for i in range(len(plan)):
-                data = pending.pop().result()
-                if i + 1 < len(plan):
-                    pending.append(worker.submit(converted, plan[i + 1][0]))
-                writer.write_tensor_data(data)
-                del data
-        for array in extra.values():
-            writer.write_tensor_data(array)
-        handle.flush()
         writer.fout = None
+        stream = TensorData(handle, copier, writer.data_alignment)
+        try:
+            _write_data(stream, bound, plan, outtype, linears)
+            for array in extra.values():
+                stream.write(array)
+        finally:
+            stream.close()
+        handle.flush()
     if modelfile:
         from linnet.gguf.modelfile import write_modelfile
 
         write_modelfile(target, template)
     return GgufExported(target, bound.family.name, outtype, len(plan) + len(extra))
+
+
+def _write_data(
+    stream: TensorData,
+    bound: BoundFamily,
+    plan: list[tuple[str, str]],
+    outtype: str,
+    linears: Mapping[str, QuantisedLinear],
+) -> None:
+    """Every planned tensor's data, in order, by the fastest path that gives its bytes
+    (`linnet.gguf.stream`): kernel copies of unchanged f32 tensors, chunked conversions
+    to f16, bf16 and Q8_0, and arrays built whole for the rest. One worker thread builds
+    the next whole array while this one is written (NumPy and the file write release the
+    GIL), so at most two are held."""
+    paths = [path for path, _ in plan]
+    streamed = {path: _streamed(bound, path, outtype, linears) for path in paths}
+
+    def built(path: str) -> np.ndarray | None:
+        if streamed[path] is not None:
+            return None
+        data = _data(bound, path, outtype, linears)
+        release_mapped(bound.arrays[path])
+        return data
+
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        pending = [worker.submit(built, path) for path in paths[:1]]
+        for i, path in enumerate(paths):
+            data = pending.pop().result()
+            if i + 1 < len(paths):
+                pending.append(worker.submit(built, paths[i + 1]))
+            if data is not None:
+                stream.write(data)
+                del data
+                continue
+            kind = streamed[path]
+            source = _source_f32(bound, path)
+            if kind == "copy":
+                if not stream.copy(source):
+                    stream.write(source)
+            else:
+                stream.convert(source, _CONVERTERS[str(kind)]())
+            del source
+            release_mapped(bound.arrays[path])
+
+
+def _streamed(
+    bound: BoundFamily, path: str, outtype: str, linears: Mapping[str, QuantisedLinear]
+) -> str | None:
+    """How `path`'s bytes stream from its f32 source (`_source_f32`): "copy" (stored as
+    f32: a kernel copy where the source is the checkpoint file's own bytes, else written),
+    an outtype of `_CONVERTERS`, or None (built whole by `_data`)."""
+    import gguf
+
+    if path in linears or np.asarray(bound.arrays[path]).dtype != np.float32:
+        return None
+    _, qtype, dtype = _layout(bound, path, outtype, linears)
+    if qtype is None:
+        return "copy" if dtype == np.float32 else "f16"
+    return {gguf.GGMLQuantizationType.BF16: "bf16", gguf.GGMLQuantizationType.Q8_0: "q8_0"}.get(
+        qtype
+    )
+
+
+def _f16_converter() -> Callable[[np.ndarray], np.ndarray]:
+    out = np.empty(0, np.float16)
+
+    def convert(chunk: np.ndarray) -> np.ndarray:
+        nonlocal out
+        if out.size < chunk.size:
+            out = np.empty(chunk.size, np.float16)
+        return to_f16(chunk, out[: chunk.size])
+
+    return convert
+
+
+def _bf16_converter() -> Callable[[np.ndarray], np.ndarray]:
+    out = np.empty(0, np.uint16)
+
+    def convert(chunk: np.ndarray) -> np.ndarray:
+        nonlocal out
+        if out.size < chunk.size:
+            out = np.empty(chunk.size, np.uint16)
+        return to_bf16(chunk, out[: chunk.size])
+
+    return convert
+
+
+def _q8_0_converter() -> Callable[[np.ndarray], np.ndarray]:
+    return lambda chunk: quantize_q8_0(chunk.reshape(-1, 32))
+
+
+_CONVERTERS: dict[str, Callable[[], Callable[[np.ndarray], np.ndarray]]] = {
+    "f16": _f16_converter,
+    "bf16": _bf16_converter,
+    "q8_0": _q8_0_converter,
+}
 
 
 def _refuse_unwritable(bound: BoundFamily) -> None:
@@ -299,10 +394,7 @@ def _data(
         array = dequantized(linear.kind, bound.arrays[path], scale, zero, order)
         array = _llama_rows(bound, path, array)
     else:
-        array = np.asarray(bound.arrays[path], dtype=np.float32)
-        if bound.family.name == "gpt2" and path.endswith(_CONV1D):
-            array = array.T
-        array = _llama_rows(bound, path, array)
+        array = _source_f32(bound, path)
     array = np.ascontiguousarray(array)
     _, qtype, dtype = _layout(bound, path, outtype, linears)
     if qtype is None:
@@ -310,6 +402,16 @@ def _data(
     if qtype == gguf.GGMLQuantizationType.Q8_0:
         return quantize_q8_0(array)  # gguf-py's bytes, in cache-sized chunks
     return np.asarray(gguf.quants.quantize(array, qtype))
+
+
+def _source_f32(bound: BoundFamily, path: str) -> np.ndarray:
+    """`path`'s (unquantised) values as f32 in the stored layout: GPT-2's Conv1D weights
+    transposed, llama's Q/K rows permuted; the checkpoint's own (mapped) array when
+    neither applies and it is f32 already."""
+    array = np.asarray(bound.arrays[path], dtype=np.float32)
+    if bound.family.name == "gpt2" and path.endswith(_CONV1D):
+        array = array.T
+    return _llama_rows(bound, path, array)
 
 
 def _llama_rows(bound: BoundFamily, path: str, array: np.ndarray) -> np.ndarray:

@@ -436,7 +436,7 @@ def save_safetensors_streamed(
     The layout is `save_safetensors`'s (largest element size first, then by name);
     the header is built from the declared dtypes and shapes, and each loaded
     array must match them. An array that is a SafeTensors file's mapping (`file_range`)
-    is copied from that file by the kernel (`_FileCopier`), others are written from
+    is copied from that file by the kernel (`FileCopier`), others are written from
     memory. Atomic (`linnet.atomic`); returns the data bytes written.
     """
     target = Path(path)
@@ -455,7 +455,7 @@ def save_safetensors_streamed(
         offset += size
     encoded = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     encoded += b" " * (-(8 + len(encoded)) % 8)
-    with atomic_write(target, durable=False) as handle, _FileCopier(handle) as copier:
+    with atomic_write(target, durable=False) as handle, FileCopier(handle) as copier:
         handle.write(len(encoded).to_bytes(8, "little"))
         handle.write(encoded)
         for name, dtype, shape in order:
@@ -476,7 +476,7 @@ def save_safetensors_streamed(
     return offset
 
 
-class _FileCopier:
+class FileCopier:
     """Copies byte ranges of source files onto the end of an open output, in the kernel
     (`os.copy_file_range`: no pass through this process's memory, and a reflink where
     the file system shares extents). `copy` returns False where that is not possible
@@ -487,7 +487,7 @@ class _FileCopier:
         self.sources: dict[Path, int] = {}
         self.usable = hasattr(os, "copy_file_range")
 
-    def __enter__(self) -> _FileCopier:
+    def __enter__(self) -> FileCopier:
         return self
 
     def __exit__(self, *exc: object) -> None:
