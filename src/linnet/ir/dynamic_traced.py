@@ -11,6 +11,10 @@ integer must be its polynomial at the check point, every plain integer the same
 there. That second lowering is the safety net for what the trace cannot follow
 (`range()`, `operator.index`, a string, a dict key: a size turned into a plain
 int without a hook): such an int changes between the two lowerings and is caught.
+The check lowering's passes run for as many rounds as changed something in the
+traced one (`passes.rounds_mirrored`), without the round that only confirms the
+fixed point: the walk compares what they made, which is a valid optimisation of
+the check lowering whatever the count.
 
 Decisions on sizes (`linnet.ir.size_decisions`) are compared the same way:
 the two logs must take the same decisions with the same outcomes, their
@@ -44,6 +48,7 @@ import numpy as np
 from linnet.errors import LinnetError
 from linnet.ir.core import Function, Op, Region, TensorType, Value
 from linnet.ir.dynamic import VALUES_LIMIT, DynamicShapes
+from linnet.ir.passes import rounds_mirrored, rounds_recorded
 from linnet.ir.size_decisions import checked_guards, recording
 from linnet.ir.symbolic import Dim, Poly
 from linnet.ir.traced import Traced, Tracing, tracing
@@ -72,12 +77,12 @@ def lower_traced(
     names = tuple(order)
     values = {n: Traced(first[n], Poly.var(names, n)) for n in order}
     try:
-        with tracing() as state, recording() as log:
+        with tracing() as state, recording() as log, rounds_recorded() as rounds:
             fn = lower_at(values)
         lost = state.first_loss()
         if lost is not None:
             return f"the trace was lost at {lost}"
-        with recording() as check_log:
+        with recording() as check_log, rounds_mirrored(rounds):
             checked = lower_at(check)
         matcher = _Matcher(names, check, state)
         guards = checked_guards([log, check_log], [dict(first), check], matcher.fit_decision)
