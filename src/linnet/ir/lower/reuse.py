@@ -160,7 +160,7 @@ def clone_region(region: Region, mapping: dict[Value, Value]) -> Region:
 def clone_ops(ops: list[Op], mapping: dict[Value, Value]) -> list[Op]:
     """Fresh copies of `ops` (see `clone_region`), their results added to `mapping`."""
     get = mapping.get
-    out = []
+    out: list[Op] = []
     append = out.append
     for op in ops:
         regions = tuple([clone_region(r, mapping) for r in op.regions]) if op.regions else ()
