@@ -199,9 +199,17 @@ class Emitter:
     ) -> list[str]:
         """Append one node; returns its fresh output names."""
         names = [self.fresh() for _ in range(outputs)]
-        node = helper.make_node(
-            op_type, list(inputs), names, domain=domain or None, **(attrs or {})
-        )
+        # what `helper.make_node` builds, without its keyword round trip (a node per op)
+        node = onnx.NodeProto()
+        node.op_type = op_type
+        node.input.extend(inputs)
+        node.output.extend(names)
+        if domain:
+            node.domain = domain
+        if attrs:
+            node.attribute.extend(
+                [helper.make_attribute(k, v) for k, v in sorted(attrs.items()) if v is not None]
+            )
         self.scope.nodes.append(node)
         if domain:
             self.domains.setdefault(domain, 1)
