@@ -230,12 +230,14 @@ def test_mirrored_rounds_skip_only_the_confirming_round() -> None:
 
     with rounds_recorded() as rounds:
         full = optimize(build())
-    assert rounds.changed and rounds.changed[0] >= 1
+    ((_, count),) = rounds.changed
+    assert count >= 1
     with rounds_mirrored(rounds):
         mirrored = optimize(build())
     assert print_function(mirrored) == print_function(full)
+    call, _ = rounds.changed[0]
+    rounds.changed[0] = (call, count - 1)
     with rounds_mirrored(rounds):  # a round fewer than recorded: not the fixed point
-        rounds.changed[0] -= 1
         short = optimize(build())
         past = optimize(build())  # a call past the recorded ones runs to its fixed point
     assert print_function(past) == print_function(full)
