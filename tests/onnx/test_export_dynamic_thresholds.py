@@ -224,8 +224,8 @@ def test_two_generics_take_two_lowerings_traced_and_the_sampler_when_a_trace_is_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Sums and products of sizes are traced (`linnet.ir.traced`): one lowering traced, one
-    to check it; so is `N / 4`, guarded where its value holds. `N % 8` is `N` at both
-    lowerings, which no trace says: the sampler then lowers at its grid as before."""
+    to check it; so is `N / 4`, guarded where its value holds, and `N % 8`, which is
+    `N` there (tests/ir/test_traced.py: a trace lost hands over to the sampler)."""
     import linnet.pipeline
 
     calls: list[object] = []
@@ -262,9 +262,12 @@ def test_two_generics_take_two_lowerings_traced_and_the_sampler_when_a_trace_is_
     calls.clear()
     remainder = f"{head} -> Tensor[N, M; f32] {{\n    return x * cast<f32>(N % 8)\n}}"
     exported = export_function(remainder, "f", generics={}, dynamic=["N", "M"])
-    assert len(calls) > 2  # `N % 8` is N there: no trace says so, the sampler fits it
-    (y,) = ExportedSession(exported).run({"x": np.ones((3, 2), np.float32)})
+    assert len(calls) == 2  # `N % 8` is `N` below 8: traced, and guarded there
+    session = ExportedSession(exported)
+    (y,) = session.run({"x": np.ones((3, 2), np.float32)})
     np.testing.assert_array_equal(y, np.full((3, 2), 3.0, np.float32))
+    with pytest.raises(LinnetError, match="N % 8"):
+        session.run({"x": np.ones((9, 2), np.float32)})
 
 
 def test_importing_a_guarded_export_states_the_guard(tmp_path: Path) -> None:

@@ -18,9 +18,10 @@ What the trace cannot follow is noted or caught, never trusted:
   size, `float()`, `int()`) returns a plain value and marks the trace `lost`
   (`Tracing.lost` names the first such operation);
 - a floor division or remainder by a constant that is not exact for every size
-  (`S // 4`) returns the plain value, which holds between two thresholds: a
-  decision `linnet.ir.size_decisions` notes on it becomes the guard that says
-  so (`settle`); one noted nowhere counts as lost (`Tracing.first_loss`);
+  (`S // 4`, `S % 8`) holds between two thresholds: the plain value for `//`, the
+  polynomial `S - 8 * q` for `%`; a decision `linnet.ir.size_decisions` notes
+  on it becomes the guard that says so (`settle`); one noted nowhere counts as
+  lost (`Tracing.first_loss`);
 - comparisons, `min`/`max` and `bool` are the int's own: the decisions that matter
   for a graph are noted by `linnet.ir.size_decisions` where the lowering folds them;
 - NumPy, `range()`, `operator.index` and string formatting drop the trace without
@@ -321,7 +322,9 @@ class Traced(int):
             if _divides(other, self.poly - value):
                 return _plain(value)  # the same remainder at every size
             _inexact("mod", self, other, value, f"`{self} % {other}`")
-            return _plain(value)
+            # between the thresholds its guard states (`S // 8` fixed), `S % 8` is
+            # `S - 8 * (S // 8)`: a polynomial there
+            return make(value, self.poly - other * int.__floordiv__(self, other))
         _lose(f"`{self} % {other}`")
         return _plain(value)
 
