@@ -59,6 +59,7 @@ def test_ring_operations_carry_their_polynomials() -> None:
     [
         lambda s: s // 4,
         lambda s: 8 // s,
+        lambda s: -8 // s,
         lambda s: s / 2,
         lambda s: float(s),
         lambda s: int(s),
@@ -87,6 +88,10 @@ def test_a_floor_division_a_noted_decision_guards_keeps_the_path() -> None:
     with tracing() as state:
         _traced("S", 5) // 4  # noted nowhere: lost
     assert state.first_loss() == "`5 // 4`"
+    with tracing() as state, recording():  # `8 / S` noted: guarded the same way
+        s = _traced("S", 5)
+        note("floor", "/", 8, s, 8 // s, "here")
+    assert state.first_loss() is None
 
 
 def test_a_remainder_is_its_polynomial_between_the_thresholds_a_noted_decision_guards() -> None:

@@ -18,8 +18,9 @@ What the trace cannot follow is noted or caught, never trusted:
   size, `float()`, `int()`) returns a plain value and marks the trace `lost`
   (`Tracing.lost` names the first such operation);
 - a floor division or remainder by a constant that is not exact for every size
-  (`S // 4`, `S % 8`) holds between two thresholds: the plain value for `//`, the
-  polynomial `S - 8 * q` for `%`; a decision `linnet.ir.size_decisions` notes
+  (`S // 4`, `S % 8`) or of a constant by a size (`8 // S`) holds between two
+  thresholds: the plain value for `//`, the polynomial `S - 8 * q` for `%`; a
+  decision `linnet.ir.size_decisions` notes
   on it becomes the guard that says so (`settle`); one noted nowhere counts as
   lost (`Tracing.first_loss`);
 - comparisons, `min`/`max` and `bool` are the int's own: the decisions that matter
@@ -115,8 +116,12 @@ def settle(kind: str, left: object, right: object, result: object) -> None:
     """A floor division or remainder noted as a decision (`size_decisions.note`): every
     computation of the same value is guarded by it."""
     state = _ACTIVE.get()
-    if state is not None and state.pending and type(left) is Traced:
+    if state is None or not state.pending:
+        return
+    if type(left) is Traced:
         state.pending.pop((kind, left.poly, right, result), None)
+    elif type(right) is Traced and kind == "floor":  # `8 / N`
+        state.pending.pop(("rfloor", right.poly, left, result), None)
 
 
 def dim_of(x: object) -> Dim:
@@ -313,8 +318,13 @@ class Traced(int):
         return _plain(value)
 
     def __rfloordiv__(self, other: object) -> Any:
+        value = int.__rfloordiv__(self, other)  # type: ignore[operator]
+        if type(other) is int and other >= 0 and int.__int__(self) > 0:
+            # `8 // S` holds between two thresholds too: guarded where noted
+            _inexact("rfloor", self, other, value, f"`{other} // {self}`")
+            return _plain(value)
         _lose(f"`{other} // {self}`")
-        return _plain(int.__rfloordiv__(self, other))  # type: ignore[operator]
+        return _plain(value)
 
     def __mod__(self, other: object) -> Any:
         value = int.__mod__(self, other)  # type: ignore[operator]
