@@ -25,7 +25,10 @@ prompt length, shapes computed in the graph), each in its own process; the
 tables print both, and the latency rows run both prefill graphs. The aim for
 the dynamic export: no slower than the static one was, and the same latency.
 
-    .venv/bin/python bench/onnx_export.py [--small] [--layers N] [--keep DIR]
+`--exports-only` runs the two linnet exports alone (no torch export, no ONNX
+Runtime runs) and prints their rows: static against dynamic in a few minutes.
+
+    .venv/bin/python bench/onnx_export.py [--small] [--layers N] [--keep DIR] [--exports-only]
 """
 
 from __future__ import annotations
@@ -197,6 +200,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=0, help="override the number of layers")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--keep", type=Path, help="keep the exported files in this folder")
+    parser.add_argument(
+        "--exports-only", action="store_true", help="only linnet's static and dynamic exports"
+    )
     parser.add_argument("--dynamic", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -214,6 +220,16 @@ def main() -> None:
         return
 
     work = Path(tempfile.mkdtemp(prefix="onnx_export_bench_", dir=args.keep))
+    if args.exports_only:
+        try:
+            weight_bytes = run_child("weights", args, work)["bytes"]
+            linnet = run_child("linnet", args, work)
+            linnet_dynamic = run_child("linnet", args, work, "--dynamic")
+        finally:
+            if args.keep is None:
+                shutil.rmtree(work, ignore_errors=True)
+        print_exports(sizes, weight_bytes, linnet, linnet_dynamic)
+        return
     try:
         weight_bytes = run_child("weights", args, work)["bytes"]
         linnet = run_child("linnet", args, work)
@@ -254,6 +270,25 @@ def main() -> None:
     for name, r in graphs:
         print(f"| {name} | {r['create']:.1f} | {r['latency'] * 1e3:.1f} | "
               f"{r['latency'] / theirs['latency']:.2f}x |")  # fmt: skip
+
+
+def print_exports(
+    sizes: dict[str, int], weight_bytes: int, linnet: dict[str, Any], dynamic: dict[str, Any]
+) -> None:
+    """`--exports-only`: linnet's static and dynamic export rows, the dynamic one as a ratio."""
+    gb = 1e9
+    print(f"# Llama {sizes}, f32, {weight_bytes / gb:.2f} GB of weights; "
+          f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; "
+          "each export in its own process")  # fmt: skip
+    print("| export | seconds | vs static | peak GB | peak / weight bytes |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, r in (("linnet export_model (prefill + decode), static shapes", linnet),
+                    ("linnet export_model (prefill + decode), prefill S dynamic", dynamic)):  # fmt: skip
+        print(f"| {name} | {r['seconds']:.2f} | {r['seconds'] / linnet['seconds']:.2f}x | "
+              f"{r['peak'] / gb:.2f} | {r['peak'] / weight_bytes:.2f}x |")  # fmt: skip
+    for label, run in (("static", linnet), ("S dynamic", dynamic)):
+        entries = ", ".join(f"{k} {v:.2f} s" for k, v in run["entries"].items())
+        print(f"# linnet {label}: {entries}")
 
 
 if __name__ == "__main__":

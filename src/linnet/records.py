@@ -14,6 +14,7 @@ Supported: defaults, `field(default_factory=..., compare=..., repr=..., kw_only=
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any, TypeVar, dataclass_transform, overload
 
@@ -165,10 +166,19 @@ def _make_eq(names: tuple[str, ...]) -> Callable[[object, object], bool]:
 
 
 def _make_hash(names: tuple[str, ...]) -> Callable[[object], int]:
-    def __hash__(self: object) -> int:
-        return hash(tuple(getattr(self, n) for n in names))
+    if len(names) < 2:  # `attrgetter` of one name gives the value, of none fails
 
-    return __hash__
+        def __hash__(self: object) -> int:
+            return hash(tuple(getattr(self, n) for n in names))
+
+        return __hash__
+    fields = operator.attrgetter(*names)  # the same tuple, made in C (types hash often)
+
+    def __hash_fields__(self: object) -> int:
+        return hash(fields(self))
+
+    __hash_fields__.__name__ = "__hash__"
+    return __hash_fields__
 
 
 @overload

@@ -18,7 +18,16 @@ import pytest
 
 from linnet.ir.core import Builder, Function, TensorType, Value, numpy_dtype
 from linnet.ir.interp import run_function
-from linnet.ir.passes import PIPELINE, cse, dce, fold, optimize, simplify_ops
+from linnet.ir.passes import (
+    PIPELINE,
+    cse,
+    dce,
+    fold,
+    optimize,
+    rounds_mirrored,
+    rounds_recorded,
+    simplify_ops,
+)
 from linnet.ir.passes.fold import FOLD_LIMIT
 from linnet.ir.printer import print_function
 from linnet.ir.verify import verify
@@ -206,6 +215,34 @@ def test_optimize_reaches_a_fixed_point() -> None:
     assert optimize(after) is after  # nothing left to do: the same object comes back
     for _name, run in PIPELINE:
         assert run(after)[1] is False
+
+
+def test_mirrored_rounds_skip_only_the_confirming_round() -> None:
+    """A dynamic export's check lowering runs the passes for the rounds that changed
+    something in the traced one: the same graph, without the round that confirms it."""
+
+    def build() -> Function:
+        b = Builder.for_function([("x", F23)])
+        (x,) = b.args
+        scale = b.binary("div", b.const(1.0, "f32"), b.unary("sqrt", b.const(4.0, "f32")))
+        y = b.binary("mul", b.reshape(b.reshape(x, (3, 2)), (2, 3)), scale)
+        return b.finish_function("mirrored", [b.binary("add", y, b.permute(x, (0, 1)))])
+
+    with rounds_recorded() as rounds:
+        full = optimize(build())
+    ((_, count),) = rounds.changed
+    assert count >= 1
+    with rounds_mirrored(rounds):
+        mirrored = optimize(build())
+    assert print_function(mirrored) == print_function(full)
+    call, _ = rounds.changed[0]
+    rounds.changed[0] = (call, count - 1)
+    with rounds_mirrored(rounds):  # a round fewer than recorded: not the fixed point
+        short = optimize(build())
+        past = optimize(build())  # a call past the recorded ones runs to its fixed point
+    assert print_function(past) == print_function(full)
+    assert print_function(short) != print_function(full)
+    same_results(build(), short)
 
 
 @pytest.mark.parametrize("seed", range(5))

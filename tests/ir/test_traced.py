@@ -58,8 +58,8 @@ def test_ring_operations_carry_their_polynomials() -> None:
     "op",
     [
         lambda s: s // 4,
-        lambda s: s % 3,
         lambda s: 8 // s,
+        lambda s: -8 // s,
         lambda s: s / 2,
         lambda s: float(s),
         lambda s: int(s),
@@ -88,6 +88,25 @@ def test_a_floor_division_a_noted_decision_guards_keeps_the_path() -> None:
     with tracing() as state:
         _traced("S", 5) // 4  # noted nowhere: lost
     assert state.first_loss() == "`5 // 4`"
+    with tracing() as state, recording():  # `8 / S` noted: guarded the same way
+        s = _traced("S", 5)
+        note("floor", "/", 8, s, 8 // s, "here")
+    assert state.first_loss() is None
+
+
+def test_a_remainder_is_its_polynomial_between_the_thresholds_a_noted_decision_guards() -> None:
+    """`S % 3` at 5 is `S - 3` while `S / 3` is 1 (the guard a noted `%` becomes);
+    noted nowhere, no guard says so: lost."""
+    with tracing() as state, recording() as log:
+        s = _traced("S", 5)
+        remainder = s % 3
+        note("mod", "%", s, 3, remainder, "here")
+    assert remainder == 2 and dim_of(remainder) == _poly("S + -3")
+    assert state.first_loss() is None
+    assert [d.kind for d in log] == ["mod"]
+    with tracing() as state:
+        _traced("S", 5) % 3
+    assert state.first_loss() == "`5 % 3`"
 
 
 def test_constants_keep_the_traces_of_the_ints_they_were_made_of() -> None:

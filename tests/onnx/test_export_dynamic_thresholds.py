@@ -224,8 +224,8 @@ def test_two_generics_take_two_lowerings_traced_and_the_sampler_when_a_trace_is_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Sums and products of sizes are traced (`linnet.ir.traced`): one lowering traced, one
-    to check it; so is `N / 4`, guarded where its value holds. `N % 8` is `N` at both
-    lowerings, which no trace says: the sampler then lowers at its grid as before."""
+    to check it; so is `N / 4` (and `8 / N`, and a slice's clamp), guarded where its
+    value holds, and `N % 8`, which is `N` there (tests/ir/test_traced.py: a trace lost hands over to the sampler)."""
     import linnet.pipeline
 
     calls: list[object] = []
@@ -262,9 +262,30 @@ def test_two_generics_take_two_lowerings_traced_and_the_sampler_when_a_trace_is_
     calls.clear()
     remainder = f"{head} -> Tensor[N, M; f32] {{\n    return x * cast<f32>(N % 8)\n}}"
     exported = export_function(remainder, "f", generics={}, dynamic=["N", "M"])
-    assert len(calls) > 2  # `N % 8` is N there: no trace says so, the sampler fits it
-    (y,) = ExportedSession(exported).run({"x": np.ones((3, 2), np.float32)})
+    assert len(calls) == 2  # `N % 8` is `N` below 8: traced, and guarded there
+    session = ExportedSession(exported)
+    (y,) = session.run({"x": np.ones((3, 2), np.float32)})
     np.testing.assert_array_equal(y, np.full((3, 2), 3.0, np.float32))
+    with pytest.raises(LinnetError, match="N % 8"):
+        session.run({"x": np.ones((9, 2), np.float32)})
+    calls.clear()
+    inverse = f"{head} -> Tensor[N, M; f32] where N > 0 {{\n    return x * cast<f32>(8 / N)\n}}"
+    exported = export_function(inverse, "f", generics={}, dynamic=["N", "M"])
+    assert len(calls) == 2  # `8 / N` is 1 at both lowerings: guarded, 4 < N <= 8
+    session = ExportedSession(exported)
+    (y,) = session.run({"x": np.ones((8, 2), np.float32)})
+    np.testing.assert_array_equal(y, np.ones((8, 2), np.float32))
+    with pytest.raises(LinnetError, match="8 / N"):
+        session.run({"x": np.ones((4, 2), np.float32)})
+    calls.clear()
+    clamp = f"{head} -> Tensor[min(N, 8), M; f32] {{\n    return x[0:8]\n}}"
+    exported = export_function(clamp, "f", generics={}, dynamic=["N", "M"])
+    assert len(calls) == 2  # the slice's clamp `min(N, 8)`: guarded, N <= 8
+    session = ExportedSession(exported)
+    x = np.arange(14, dtype=np.float32).reshape(7, 2)
+    np.testing.assert_array_equal(session.run({"x": x})[0], x)
+    with pytest.raises(LinnetError, match="slice"):
+        session.run({"x": np.ones((9, 2), np.float32)})
 
 
 def test_importing_a_guarded_export_states_the_guard(tmp_path: Path) -> None:

@@ -131,11 +131,8 @@ class TensorType:
         return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
 
 
-_ids = itertools.count()
-
-
-def _next_id() -> int:
-    return next(_ids)
+_next_id = itertools.count().__next__
+"""The next value id (a bound C method: a value is made for every result of every op)."""
 
 
 @record(eq=False)

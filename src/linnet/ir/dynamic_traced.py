@@ -11,6 +11,10 @@ integer must be its polynomial at the check point, every plain integer the same
 there. That second lowering is the safety net for what the trace cannot follow
 (`range()`, `operator.index`, a string, a dict key: a size turned into a plain
 int without a hook): such an int changes between the two lowerings and is caught.
+The check lowering's passes run for as many rounds as changed something in the
+traced one (`passes.rounds_mirrored`), without the round that only confirms the
+fixed point: the walk compares what they made, which is a valid optimisation of
+the check lowering whatever the count.
 
 Decisions on sizes (`linnet.ir.size_decisions`) are compared the same way:
 the two logs must take the same decisions with the same outcomes, their
@@ -44,6 +48,7 @@ import numpy as np
 from linnet.errors import LinnetError
 from linnet.ir.core import Function, Op, Region, TensorType, Value
 from linnet.ir.dynamic import VALUES_LIMIT, DynamicShapes
+from linnet.ir.passes import rounds_mirrored, rounds_recorded
 from linnet.ir.size_decisions import checked_guards, recording
 from linnet.ir.symbolic import Dim, Poly
 from linnet.ir.traced import Traced, Tracing, tracing
@@ -72,12 +77,12 @@ def lower_traced(
     names = tuple(order)
     values = {n: Traced(first[n], Poly.var(names, n)) for n in order}
     try:
-        with tracing() as state, recording() as log:
+        with tracing() as state, recording() as log, rounds_recorded() as rounds:
             fn = lower_at(values)
         lost = state.first_loss()
         if lost is not None:
             return f"the trace was lost at {lost}"
-        with recording() as check_log:
+        with recording() as check_log, rounds_mirrored(rounds):
             checked = lower_at(check)
         matcher = _Matcher(names, check, state)
         guards = checked_guards([log, check_log], [dict(first), check], matcher.fit_decision)
@@ -115,6 +120,10 @@ def _check_point(
 
 def _rank(first: int, value: int) -> tuple[bool, int]:
     return value % 2 == first % 2, -abs(value - first)
+
+
+def _op_what(op: Op, index: int) -> str:
+    return f"op {index} (`{op.kind}`)"
 
 
 class _Matcher:
@@ -210,13 +219,15 @@ class _Matcher:
             raise self.fail(f"the number of ops of {what}")
         for a, b in zip(ra.args, rb.args, strict=True):
             self.define(a, b, f"an argument of {what}")
+        op = self.op
         for index, (oa, ob) in enumerate(zip(ra.ops, rb.ops, strict=True)):
-            self.op(oa, ob, index)
+            op(oa, ob, index)
         for a, b in zip(ra.results, rb.results, strict=True):
             self.use(a, b, what)
 
     def op(self, oa: Op, ob: Op, index: int) -> None:
-        what = f"op {index} (`{oa.kind}`)"
+        """One op of each graph (the walk's inner loop: descriptions only made on a
+        failure or a first sight; the lengths compared first make the zips exact)."""
         if (
             oa.kind != ob.kind
             or len(oa.operands) != len(ob.operands)
@@ -224,35 +235,47 @@ class _Matcher:
             or len(oa.regions) != len(ob.regions)
             or oa.attrs.keys() != ob.attrs.keys()
         ):
-            raise self.fail(f"the kind or attributes of {what}")
+            raise self.fail(f"the kind or attributes of {_op_what(oa, index)}")
         corr = self.corr
-        for a, b in zip(oa.operands, ob.operands, strict=True):
+        for a, b in zip(oa.operands, ob.operands, strict=False):
             if corr.get(b) is not a:
-                raise self.fail(f"an operand of {what}")
-        for ra, rb in zip(oa.regions, ob.regions, strict=True):
-            self.region(ra, rb, what)
+                raise self.fail(f"an operand of {_op_what(oa, index)}")
+        if oa.regions:
+            what = _op_what(oa, index)
+            for ra, rb in zip(oa.regions, ob.regions, strict=False):
+                self.region(ra, rb, what)
         if oa.attrs:
-            self.op_attrs(oa, ob, what)
-        for a, b in zip(oa.results, ob.results, strict=True):
-            self.define(a, b, f"result of {what}")
+            self.op_attrs(oa, ob, index)
+        types = self.types
+        shapes = self.dims.shapes
+        for a, b in zip(oa.results, ob.results, strict=False):
+            corr[b] = a
+            ta, tb = a.type, b.type
+            key = (id(ta), id(tb))  # both graphs stay alive; clones share their types
+            found = types.get(key, _UNSEEN)
+            if found is _UNSEEN:
+                found = types[key] = self.shape(ta, tb, f"result of {_op_what(oa, index)}")
+            if found is not None:
+                shapes[a] = found  # type: ignore[assignment]
 
-    def op_attrs(self, oa: Op, ob: Op, what: str) -> None:
+    def op_attrs(self, oa: Op, ob: Op, index: int) -> None:
         symbolic: dict[str, object] = {}
         attrs = self.attrs
         for key, va in oa.attrs.items():
             vb = ob.attrs[key]
             if oa.kind == "const" and key == "value":
-                self.const(oa, va, vb, what)
+                self.const(oa, va, vb, _op_what(oa, index))
                 continue
             kind = type(va)
             if kind is str or kind is bool or va is None:
                 if type(vb) is not kind or va != vb:
-                    raise self.fail(f"the value attribute `{key}` of {what}")
+                    raise self.fail(f"the value attribute `{key}` of {_op_what(oa, index)}")
                 continue
             memo = (id(va), id(vb))  # most attributes are shared by the clones of a body
             found = attrs.get(memo)
             if found is None:
-                found = attrs[memo] = self.attr(va, vb, f"attribute `{key}` of {what}")
+                what = f"attribute `{key}` of {_op_what(oa, index)}"
+                found = attrs[memo] = self.attr(va, vb, what)
             if found[1]:
                 symbolic[key] = found[0]
         if symbolic:
@@ -303,7 +326,8 @@ class _Matcher:
             self.dims.fills[op] = fa[0].item()
             return
         if traced is None:
-            if not np.array_equal(a, b):
+            # the same bytes first: cheaper than `array_equal` for the many small constants
+            if a.tobytes() != b.tobytes() and not np.array_equal(a, b):
                 raise NotTraced(f"the constant {what} varies with the size but was not traced")
             return
         if a.size > VALUES_LIMIT:

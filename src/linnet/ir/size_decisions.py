@@ -237,11 +237,19 @@ def note_dim_ops(
             b = atom.b.evaluate(values, packs)
             if b == 0 and atom.kind not in (MIN, MAX):
                 continue  # the evaluation itself reports the zero divisor
-            kind, result = {
-                MIN: ("min", min(a, b)),
-                MAX: ("max", max(a, b)),
-                FLOOR: ("floor", a // b if b else 0),
-            }.get(atom.kind, ("mod", a % b if b else 0))
+            # a `min`/`max` (a slice's clamp, `min(N, 8)`) computes only itself: its
+            # bound never divides a traced size (`8 // N`, `8 % N` would lose the trace
+            # and hand the export to the sampler). A floor or remainder of sizes computes
+            # both, as it always did: in a type (`(N + 1) / 2`) the remainder's lost trace
+            # leaves it to the sampler, which fits it or refuses it as no polynomial,
+            # rather than a guard that holds for two sizes.
+            if atom.kind == MIN:
+                kind, result = "min", min(a, b)
+            elif atom.kind == MAX:
+                kind, result = "max", max(a, b)
+            else:
+                quotient, remainder = a // b, a % b
+                kind, result = ("floor", quotient) if atom.kind == FLOOR else ("mod", remainder)
             operator = {"floor": "/", "mod": "%"}.get(kind, kind)
             note(kind, operator, a, b, result, f"the size `{d}`")
 

@@ -18,9 +18,11 @@ What the trace cannot follow is noted or caught, never trusted:
   size, `float()`, `int()`) returns a plain value and marks the trace `lost`
   (`Tracing.lost` names the first such operation);
 - a floor division or remainder by a constant that is not exact for every size
-  (`S // 4`) returns the plain value, which holds between two thresholds: a
-  decision `linnet.ir.size_decisions` notes on it becomes the guard that says
-  so (`settle`); one noted nowhere counts as lost (`Tracing.first_loss`);
+  (`S // 4`, `S % 8`) or of a constant by a size (`8 // S`) holds between two
+  thresholds: the plain value for `//`, the polynomial `S - 8 * q` for `%`; a
+  decision `linnet.ir.size_decisions` notes
+  on it becomes the guard that says so (`settle`); one noted nowhere counts as
+  lost (`Tracing.first_loss`);
 - comparisons, `min`/`max` and `bool` are the int's own: the decisions that matter
   for a graph are noted by `linnet.ir.size_decisions` where the lowering folds them;
 - NumPy, `range()`, `operator.index` and string formatting drop the trace without
@@ -114,8 +116,12 @@ def settle(kind: str, left: object, right: object, result: object) -> None:
     """A floor division or remainder noted as a decision (`size_decisions.note`): every
     computation of the same value is guarded by it."""
     state = _ACTIVE.get()
-    if state is not None and state.pending and type(left) is Traced:
+    if state is None or not state.pending:
+        return
+    if type(left) is Traced:
         state.pending.pop((kind, left.poly, right, result), None)
+    elif type(right) is Traced and kind == "floor":  # `8 / N`
+        state.pending.pop(("rfloor", right.poly, left, result), None)
 
 
 def dim_of(x: object) -> Dim:
@@ -312,8 +318,13 @@ class Traced(int):
         return _plain(value)
 
     def __rfloordiv__(self, other: object) -> Any:
+        value = int.__rfloordiv__(self, other)  # type: ignore[operator]
+        if type(other) is int and other >= 0 and int.__int__(self) > 0:
+            # `8 // S` holds between two thresholds too: guarded where noted
+            _inexact("rfloor", self, other, value, f"`{other} // {self}`")
+            return _plain(value)
         _lose(f"`{other} // {self}`")
-        return _plain(int.__rfloordiv__(self, other))  # type: ignore[operator]
+        return _plain(value)
 
     def __mod__(self, other: object) -> Any:
         value = int.__mod__(self, other)  # type: ignore[operator]
@@ -321,7 +332,9 @@ class Traced(int):
             if _divides(other, self.poly - value):
                 return _plain(value)  # the same remainder at every size
             _inexact("mod", self, other, value, f"`{self} % {other}`")
-            return _plain(value)
+            # between the thresholds its guard states (`S // 8` fixed), `S % 8` is
+            # `S - 8 * (S // 8)`: a polynomial there
+            return make(value, self.poly - other * int.__floordiv__(self, other))
         _lose(f"`{self} % {other}`")
         return _plain(value)
 

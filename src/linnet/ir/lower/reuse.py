@@ -160,16 +160,25 @@ def clone_region(region: Region, mapping: dict[Value, Value]) -> Region:
 def clone_ops(ops: list[Op], mapping: dict[Value, Value]) -> list[Op]:
     """Fresh copies of `ops` (see `clone_region`), their results added to `mapping`."""
     get = mapping.get
-    out = []
+    out: list[Op] = []
+    append = out.append
     for op in ops:
         regions = tuple([clone_region(r, mapping) for r in op.regions]) if op.regions else ()
-        made = []
-        for v in op.results:
+        results = op.results
+        if len(results) == 1:  # most ops: no list to build
+            v = results[0]
             new = mapping[v] = Value(v.type, v.name)
-            made.append(new)
+            made: tuple[Value, ...] = (new,)
+        else:
+            made = tuple([_fresh(v, mapping) for v in results])
         operands = tuple([get(v, v) for v in op.operands])
-        out.append(Op(op.kind, operands, tuple(made), dict(op.attrs), regions))
+        append(Op(op.kind, operands, made, dict(op.attrs), regions))
     return out
+
+
+def _fresh(v: Value, mapping: dict[Value, Value]) -> Value:
+    new = mapping[v] = Value(v.type, v.name)
+    return new
 
 
 # -- inlined method bodies -------------------------------------------------------------------

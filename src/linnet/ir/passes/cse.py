@@ -22,7 +22,23 @@ from linnet.ir.passes.rewrite import Rewriter
 
 
 def attr_key(value: object) -> Hashable:
-    """A hashable, structural key for an attr value (arrays by dtype, shape and bytes)."""
+    """A hashable, structural key for an attr value (arrays by dtype, shape and bytes).
+
+    Scalars are keyed with their type, so a dynamic export's traced size
+    (`linnet.ir.traced.Traced`) is never the plain int of the same value; a
+    sequence of plain ints (the common shape, axes and bounds) is its own key."""
+    kind = type(value)
+    if kind is int or kind is str or kind is bool or kind is float or value is None:
+        return (kind, value)
+    if kind is tuple or kind is list:
+        assert isinstance(value, tuple | list)
+        for item in value:
+            if type(item) is not int:
+                return ("seq", tuple([attr_key(v) for v in value]))
+        return ("ints", tuple(value))
+    if kind is dict:
+        assert isinstance(value, dict)
+        return ("dict", tuple([(k, attr_key(value[k])) for k in sorted(value)]))
     if isinstance(value, np.ndarray):
         return ("array", str(value.dtype), value.shape, value.tobytes())
     if isinstance(value, dict):
@@ -30,7 +46,7 @@ def attr_key(value: object) -> Hashable:
     if isinstance(value, tuple | list):
         return ("seq", tuple(attr_key(v) for v in value))
     assert isinstance(value, Hashable)
-    return (type(value).__name__, value)
+    return (kind, value)
 
 
 class CommonSubexpressions(Rewriter):
@@ -53,11 +69,12 @@ class CommonSubexpressions(Rewriter):
     def visit(self, op: Op) -> list[Op]:
         if op.regions:
             return [op]
+        results = op.results
         key = (
             op.kind,
             op.operands,
             attr_key(op.attrs),
-            tuple(v.type for v in op.results),
+            (results[0].type,) if len(results) == 1 else tuple([v.type for v in results]),
         )
         for table in reversed(self.tables):
             earlier = table.get(key)

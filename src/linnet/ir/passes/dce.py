@@ -24,20 +24,28 @@ class _DeadCode:
             return region
         self.live.update(region.results)
         kept: list[Op] = []
+        live = self.live
+        same = True  # every op kept as it was
         for op in reversed(region.ops):
-            if not any(v in self.live for v in op.results):
+            for v in op.results:
+                if v in live:
+                    break
+            else:
                 self.changed = True
+                same = False
                 continue
-            regions = tuple(self.region(r) for r in op.regions)
-            if any(new is not old for new, old in zip(regions, op.regions, strict=True)):
-                op = Op(op.kind, op.operands, op.results, dict(op.attrs), regions)
-            self.live.update(op.operands)
+            if op.regions:
+                regions = tuple([self.region(r) for r in op.regions])
+                for new, old in zip(regions, op.regions, strict=True):
+                    if new is not old:
+                        op = Op(op.kind, op.operands, op.results, dict(op.attrs), regions)
+                        same = False
+                        break
+            live.update(op.operands)
             kept.append(op)
-        kept.reverse()
-        if len(kept) == len(region.ops) and all(
-            a is b for a, b in zip(kept, region.ops, strict=True)
-        ):
+        if same:
             return region
+        kept.reverse()
         return Region(region.args, kept, region.results)
 
 

@@ -50,26 +50,36 @@ class Rewriter:
         self.enter(region, owner)
         ops: list[Op] = []
         subst = self.subst
-        for op in region.ops:
+        visit = self.visit
+        same = True  # every op kept as it was (no new list of ops, no new region)
+        for original in region.ops:
+            op = original
             rebuilt = False
             regions = op.regions
             if regions:
-                regions = tuple([self.region(r, op) for r in op.regions])
-                rebuilt = any(new is not old for new, old in zip(regions, op.regions, strict=True))
+                regions = tuple([self.region(r, op) for r in regions])
+                for new, old in zip(regions, op.regions, strict=True):
+                    if new is not old:
+                        rebuilt = True
+                        break
             operands = op.operands
-            if subst and any(v in subst for v in operands):
-                operands = tuple([self.get(v) for v in operands])
-                rebuilt = True
+            if subst:
+                for v in operands:
+                    if v in subst:
+                        operands = tuple([self.get(v) for v in operands])
+                        rebuilt = True
+                        break
             if rebuilt:
                 op = Op(op.kind, operands, op.results, dict(op.attrs), regions)
-            ops.extend(self.visit(op))
+            kept = visit(op)
+            if same and (len(kept) != 1 or kept[0] is not original):
+                same = False
+            ops.extend(kept)
         self.leave(region, owner)
-        results = tuple(self.get(v) for v in region.results)
-        if (
-            results == region.results
-            and len(ops) == len(region.ops)
-            and all(a is b for a, b in zip(ops, region.ops, strict=True))
-        ):
+        results = region.results
+        if subst:
+            results = tuple([self.get(v) for v in results])
+        if same and results == region.results:
             return region
         return Region(region.args, ops, results)
 

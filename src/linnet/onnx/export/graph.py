@@ -199,9 +199,17 @@ class Emitter:
     ) -> list[str]:
         """Append one node; returns its fresh output names."""
         names = [self.fresh() for _ in range(outputs)]
-        node = helper.make_node(
-            op_type, list(inputs), names, domain=domain or None, **(attrs or {})
-        )
+        # what `helper.make_node` builds, without its keyword round trip (a node per op)
+        node = onnx.NodeProto()
+        node.op_type = op_type
+        node.input.extend(inputs)
+        node.output.extend(names)
+        if domain:
+            node.domain = domain
+        if attrs:
+            node.attribute.extend(
+                [helper.make_attribute(k, v) for k, v in sorted(attrs.items()) if v is not None]
+            )
         self.scope.nodes.append(node)
         if domain:
             self.domains.setdefault(domain, 1)
@@ -353,20 +361,21 @@ class Emitter:
 
     def emit_ops(self, ops: Iterable[Op]) -> None:
         """Lower each op in order, binding its results."""
+        rules, producers, dynamic = self.rules, self.producers, self.dynamic
         for op in ops:
-            rule = self.rules.get(op.kind)
+            rule = rules.get(op.kind)
             if rule is None:
                 raise InternalError(f"the ONNX exporter has no rule for op {op.kind}")
             names = rule(self, op)
             if len(names) != len(op.results):
                 raise InternalError(f"rule for {op.kind} returned {len(names)} names")
+            bound = self.scope.names  # the rule is back in this scope
             for value, name in zip(op.results, names, strict=True):
-                self.bind(value, name)
-                self.producers[value] = op
-            varies = self.dynamic is not None and (
-                op in self.dynamic.fills or op in self.dynamic.values
-            )
-            if op.kind == "const" and not varies:
+                bound[value] = name
+                producers[value] = op
+            if op.kind == "const" and (
+                dynamic is None or (op not in dynamic.fills and op not in dynamic.values)
+            ):
                 array = op.attrs["value"]
                 assert isinstance(array, np.ndarray)
                 self.known[op.results[0]] = array
