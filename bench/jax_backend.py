@@ -366,6 +366,9 @@ def main() -> None:
         print(json.dumps(child(args, sizes)))
         return
     max_seq = args.prompt + args.new
+    unknown = set(args.contenders.split(",")) - {"jax", "peer", "torch", "transformers"}
+    if unknown:
+        raise SystemExit(f"--contenders: unknown {sorted(unknown)}")
 
     import jax
     import torch
@@ -383,9 +386,6 @@ def main() -> None:
         save_file(state, weights)
         del state
         chosen = args.contenders.split(",")
-        unknown = set(chosen) - {"jax", "peer", "torch", "transformers"}
-        if unknown:
-            raise SystemExit(f"--contenders: unknown {sorted(unknown)}")
         # transformers' tokens are always the reference; its timings only when chosen
         time_hf = "transformers" in chosen
         chosen = [name for name in chosen if name != "transformers"]
