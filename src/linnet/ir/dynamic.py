@@ -57,12 +57,12 @@ be checked at export time and are checked by the runtime wrappers.
 from __future__ import annotations
 
 import contextlib
-import gc
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from linnet.collector import collector_paused
 from linnet.errors import LinnetError
 from linnet.ir.core import Function, Op, Region, TensorType, Value
 from linnet.ir.size_decisions import Decision, SizeGuard, checked_guards, recording
@@ -155,7 +155,7 @@ def lower_dynamic(
 
     order = tuple(names)
     samples = _choose_samples(order, fits)
-    with _collector_paused():
+    with collector_paused():
         traced = lower_traced(lower_at, order, samples, fits)
     if not isinstance(traced, str):
         fn, dims = traced
@@ -193,7 +193,7 @@ def _lower_sampled(
         dims.guards = guards
         return dims
 
-    with _collector_paused():
+    with collector_paused():
         dims = None
         if len(order) > 1:  # with one generic the star is the grid
             with contextlib.suppress(_Unfitted):
@@ -232,24 +232,6 @@ def _poly_json(d: Dim) -> list[object]:
         atoms = [name for name, power in zip(d.names, exps, strict=True) for _ in range(power)]
         terms.append([int(coef), atoms])
     return terms
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while the samples are lowered and matched.
-
-    Three to five lowerings of a model stay alive together until they are matched:
-    hundreds of thousands of small objects, none garbage yet, that every collection
-    of the oldest generation would scan again (a third of the export's time at 22
-    Llama layers). Whatever became garbage is collected when it is back on.
-    """
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
 
 
 def _choose_samples(

@@ -37,6 +37,7 @@ import numpy as np
 
 from linnet.check.program import CheckedProgram
 from linnet.check.types import ScalarDType, ScalarType
+from linnet.collector import collector_paused
 from linnet.errors import InternalError, LinnetError
 from linnet.ir.bind import BoundModel, EntrySignature, generics_key
 from linnet.ir.core import FLOAT_DTYPES, Function, TensorType, dtype_of_numpy, numpy_dtype
@@ -44,14 +45,14 @@ from linnet.ir.parallel import warn_unsharded
 from linnet.ir.regions import paths_read
 from linnet.ir.results import regroup
 from linnet.jax.dtypes import WIDE, x64_scope
-from linnet.jax.execute import SourceRunner, StableHLORunner
+from linnet.jax.execute import SourceRunner, StableHLORunner, XlaRunner
 from linnet.jax.parallel import ShardedRunner, TensorParallel
 from linnet.jax.remat import current_layer_remat
 from linnet.pipeline import check_program
 
 Source = CheckedProgram | str | os.PathLike[str]
 WeightsSource = Mapping[str, Any] | str | os.PathLike[str]
-Runner = SourceRunner | StableHLORunner | ShardedRunner
+Runner = SourceRunner | StableHLORunner | XlaRunner | ShardedRunner
 
 
 class Prepared:
@@ -116,8 +117,12 @@ class LinnetJaxFunction:
         sharding: Callable[[str | None, TensorType], Any] | None = None,
         tensor_parallel: TensorParallel | None = None,
         rewrite: Callable[[Function], Function] | None = None,
+        via_text: bool = True,
     ) -> None:
         self.program = program
+        # `stablehlo`: XLA runs the entry (not differentiable); `via_text` (`load`) through
+        # its StableHLO text parsed back, else (`load_model`) the same program jitted directly.
+        self.via_text = via_text
         # applied to each lowered, optimised function (JaxModel: dequantise once)
         self.rewrite = rewrite
         self.signature = signature
@@ -253,14 +258,18 @@ class LinnetJaxFunction:
         key = (tuple(input_types), generics_key(generics), remat)
         found = self._prepared.get(key)
         if found is None:
-            fn = self.lower(input_types, generics)
-            run: Runner = (
-                self.tensor_parallel.runner(fn)
-                if self.tensor_parallel is not None
-                else StableHLORunner(fn, donate_state=self.donate_state, sharding=self.sharding)
-                if self.stablehlo
-                else SourceRunner(fn, remat=remat)
-            )
+            # Lowering builds the whole unrolled entry at once: nothing for the collector.
+            with collector_paused():
+                fn = self.lower(input_types, generics)
+                run: Runner = (
+                    self.tensor_parallel.runner(fn)
+                    if self.tensor_parallel is not None
+                    else StableHLORunner(fn, donate_state=self.donate_state, sharding=self.sharding)
+                    if self.stablehlo and self.via_text
+                    else XlaRunner(fn, donate_state=self.donate_state, sharding=self.sharding)
+                    if self.stablehlo
+                    else SourceRunner(fn, remat=remat)
+                )
             found = self._prepared[key] = Prepared(fn, run)
         self._latest = found
         return found
@@ -297,9 +306,10 @@ class LinnetJaxFunction:
         return run.generated.source
 
     def stablehlo_text(self, input_types: Sequence[TensorType] | None = None) -> str:
-        """The StableHLO text XLA runs for `input_types`, or for the latest call (`load` only)."""
+        """The StableHLO text XLA runs for `input_types`, or for the latest call (`load`,
+        `load_model`)."""
         run = self._for(input_types).run
-        if not isinstance(run, StableHLORunner):
+        if not isinstance(run, StableHLORunner | XlaRunner):
             raise LinnetError("StableHLO text exists for linnet.jax.load; this is load_source")
         return run.text
 

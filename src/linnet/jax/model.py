@@ -6,8 +6,10 @@ Stage: the JAX backend's runtime object for serving (architecture.md
 `linnet.jax.load`. Out: a `JaxModel`:
 
 - the weights are placed on the device once and shared by every entry;
-- each entry runs its StableHLO text compiled by XLA, once per input types
-  (`linnet.jax.execute.StableHLORunner`);
+- each entry's lean generated program (the one `linnet stablehlo` prints) is
+  jitted and compiled by XLA once per input types, as a hand-written JAX model
+  is, without the StableHLO text round trip of `load`
+  (`linnet.jax.execute.XlaRunner`; `stablehlo_text` exports it on demand);
 - the state members (language.md 12.6) live on the device between calls,
   zeros at first; each call passes the current state in and keeps the next
   state. The state an entry assigns is *donated* to XLA (`donate_argnums`),
@@ -88,6 +90,7 @@ class JaxModel:
                 module=module,
                 parameters=self.parameters,
                 stablehlo=tensor_parallel is None,
+                via_text=False,
                 donate_state=True,
                 sharding=self.sharding,
                 tensor_parallel=tensor_parallel,

@@ -131,6 +131,25 @@ def tensor_types(fn: Function) -> dict[str, TensorType]:
     return found
 
 
+def jit_shardings(
+    contract: Contract,
+    types: Sequence[TensorType],
+    sharding: Callable[[str | None, TensorType], Any] | None,
+) -> dict[str, Any]:
+    """`jax.jit`'s `in_shardings` / `out_shardings` for `@main` over a mesh (none without):
+    each argument where `sharding(path, type)` puts it (`path` None for an entry input),
+    the next state where its state is, the results replicated."""
+    if sharding is None:
+        return {}
+    paths: list[str | None] = [None] * len(contract.inputs)
+    paths += [*contract.params, *contract.state]
+    ins = tuple(sharding(p, t) for p, t in zip(paths, types, strict=True))
+    by_state = dict(zip(contract.state, ins[len(ins) - len(contract.state) :], strict=True))
+    replicated = sharding(None, TensorType((), "f32"))
+    outs = (*([replicated] * contract.results), *(by_state[p] for p in contract.next_state))
+    return {"in_shardings": ins, "out_shardings": outs}
+
+
 def export_stablehlo(
     fn: Function,
     generated: Generated | None = None,
@@ -150,18 +169,7 @@ def export_stablehlo(
     contract = contract_of(fn)
     types = argument_types(fn, contract, tensor_types(fn))
     main = flat_function(generated, contract)
-    options: dict[str, Any] = {"keep_unused": True}
-    if sharding is not None:
-        paths: list[str | None] = [None] * len(contract.inputs)
-        paths += [*contract.params, *contract.state]
-        ins = tuple(sharding(p, t) for p, t in zip(paths, types, strict=True))
-        by_state = dict(zip(contract.state, ins[len(ins) - len(contract.state) :], strict=True))
-        replicated = sharding(None, TensorType((), "f32"))
-        outs = (
-            *([replicated] * contract.results),
-            *(by_state[p] for p in contract.next_state),
-        )
-        options.update(in_shardings=ins, out_shardings=outs)
+    options: dict[str, Any] = {"keep_unused": True, **jit_shardings(contract, types, sharding)}
     with x64_scope(generated.x64):
         specs = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype)) for t in types]  # type: ignore[no-untyped-call]
         exported = jax.export.export(jax.jit(main, **options))(*specs)
