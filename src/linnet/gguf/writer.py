@@ -224,28 +224,28 @@ def _streamed(
     )
 
 
-def _f16_converter() -> Callable[[np.ndarray], np.ndarray]:
-    out = np.empty(0, np.float16)
+def _into_buffer(
+    dtype: type[np.generic], convert_into: Callable[[np.ndarray, np.ndarray], np.ndarray]
+) -> Callable[[np.ndarray], np.ndarray]:
+    """A chunk converter writing into one buffer of `dtype`, grown when a chunk is larger,
+    so the stream allocates once per tensor kind rather than once per chunk."""
+    out = np.empty(0, dtype)
 
     def convert(chunk: np.ndarray) -> np.ndarray:
         nonlocal out
         if out.size < chunk.size:
-            out = np.empty(chunk.size, np.float16)
-        return to_f16(chunk, out[: chunk.size])
+            out = np.empty(chunk.size, dtype)
+        return convert_into(chunk, out[: chunk.size])
 
     return convert
+
+
+def _f16_converter() -> Callable[[np.ndarray], np.ndarray]:
+    return _into_buffer(np.float16, to_f16)
 
 
 def _bf16_converter() -> Callable[[np.ndarray], np.ndarray]:
-    out = np.empty(0, np.uint16)
-
-    def convert(chunk: np.ndarray) -> np.ndarray:
-        nonlocal out
-        if out.size < chunk.size:
-            out = np.empty(chunk.size, np.uint16)
-        return to_bf16(chunk, out[: chunk.size])
-
-    return convert
+    return _into_buffer(np.uint16, to_bf16)
 
 
 def _q8_0_converter() -> Callable[[np.ndarray], np.ndarray]:
