@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from linnet.check.program import CheckedProgram
+from linnet.collector import collector_paused
 from linnet.errors import LinnetError
 from linnet.ir.bind import EntrySignature, module_entry
 from linnet.ir.core import Function, TensorType
@@ -136,19 +137,22 @@ def export_model(
             fn = optimize(fn)
         return fn
 
-    if dynamic:
-        fn, dims = lower_entry_dynamic(resolved.entry, dynamic, resolved.entry_generics, lower_at)
-    else:
-        fn = lower_at(resolved.input_types, resolved.entry_generics)
-    return export_ir(
-        fn,
-        weights=bound.arrays if bound is not None else None,
-        provider=provider,
-        fused=fused,
-        natives=natives,
-        gradients=gradients,
-        dynamic=dims,
-    )
+    with collector_paused():  # the lowering and the graph only allocate: see linnet.collector
+        if dynamic:
+            fn, dims = lower_entry_dynamic(
+                resolved.entry, dynamic, resolved.entry_generics, lower_at
+            )
+        else:
+            fn = lower_at(resolved.input_types, resolved.entry_generics)
+        return export_ir(
+            fn,
+            weights=bound.arrays if bound is not None else None,
+            provider=provider,
+            fused=fused,
+            natives=natives,
+            gradients=gradients,
+            dynamic=dims,
+        )
 
 
 def export_function(
@@ -200,13 +204,14 @@ def export_function(
             fn = optimize(fn)
         return fn
 
-    if dynamic:
-        fn, dims = lower_entry_dynamic(signature, dynamic, own, lower_at)
-    else:
-        fn = lower_at(entry_input_types(signature, own), own)
-    return export_ir(
-        fn, provider=provider, fused=fused, natives=natives, gradients=gradients, dynamic=dims
-    )
+    with collector_paused():
+        if dynamic:
+            fn, dims = lower_entry_dynamic(signature, dynamic, own, lower_at)
+        else:
+            fn = lower_at(entry_input_types(signature, own), own)
+        return export_ir(
+            fn, provider=provider, fused=fused, natives=natives, gradients=gradients, dynamic=dims
+        )
 
 
 def _is_module_entry(program: CheckedProgram, name: str) -> bool:
