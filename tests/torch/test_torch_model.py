@@ -205,3 +205,36 @@ def test_weights_are_checked() -> None:
     bad["norm.weight"] = bad["norm.weight"][:3]
     with pytest.raises(LinnetError, match=r"norm\.weight"):
         lt.load(LLAMA, generics=GENERICS, weights=bad)
+
+
+def mapped_resident_kb(path: Path) -> int | None:
+    """The resident kB of this process's mappings of `path` (/proc/self/smaps), or None
+    when it has none."""
+    found = None
+    current = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and "-" in fields[0] and ":" not in fields[0]:  # a mapping's head
+            current = len(fields) >= 6 and fields[5] == str(path)
+        elif current and fields[0] == "Rss:":
+            found = (found or 0) + int(fields[1])
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
+def test_checkpoint_pages_are_dropped_once_copied(
+    weights: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    """The module copies the weights; the checkpoint's mapped pages are released, so the
+    process never holds them twice (a served TinyLlama peaked at twice its weights)."""
+    from linnet.weights.safetensors import SafeTensorsFile, save_safetensors
+
+    path = tmp_path / "w.safetensors"
+    save_safetensors(weights, path)
+    file = SafeTensorsFile(path)
+    arrays = {name: file.load(name) for name in weights}  # views of the mapping, kept alive
+    m = lt.load(LLAMA, generics=GENERICS, weights=arrays)
+    assert mapped_resident_kb(path.resolve()) == 0
+    for name, array in arrays.items():  # still readable: the pages come back from the file
+        np.testing.assert_array_equal(array, weights[name])
+        np.testing.assert_array_equal(to_numpy(m.tensor(name), "f32"), weights[name])

@@ -218,6 +218,25 @@ def test_linear(program, dtype: str) -> None:  # type: ignore[no-untyped-def]
     run_case(program, "dense", [x[0, 0], w], [dtype] * 2, "std.nn.linear::linear", scale)
 
 
+def test_cpu_linear_keeps_autograd() -> None:
+    """`linear_cpu` (oneDNN, f32/bf16 on the CPU) equals `F.linear` within f32 rounding,
+    and a call autograd records goes through `F.linear`, so gradients still flow."""
+    import torch
+    import torch.nn.functional as F
+
+    from linnet.torch import natives
+
+    if not natives.onednn_linear_available():
+        pytest.skip("this torch build has no oneDNN linear")
+    x, w, b = torch.randn(3, 1, 16), torch.randn(8, 16), torch.randn(8)
+    with torch.no_grad():
+        torch.testing.assert_close(natives.linear_cpu(x, w, b), F.linear(x, w, b))
+    leaf = x.clone().requires_grad_()
+    natives.linear_cpu(leaf, w, b).sum().backward()
+    assert leaf.grad is not None
+    torch.testing.assert_close(leaf.grad, w.sum(0).expand_as(x))
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
 def test_rms_norm(program, dtype: str) -> None:  # type: ignore[no-untyped-def]
     x, w = data(4, dtype, (3, 4, 16), 3.0), data(5, dtype, (16,))

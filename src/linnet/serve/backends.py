@@ -169,6 +169,7 @@ class TorchDecoder:
         """Bind `weights` like `linnet.torch.load` and copy them into the module's tensors."""
         from linnet.torch.dtypes import to_torch
         from linnet.torch.load import bind_weights
+        from linnet.weights.safetensors import release_mapped
 
         model = self.module.linnet_model
         arrays = bind_weights(model, weights, bindings=bindings)
@@ -176,6 +177,7 @@ class TorchDecoder:
             for path, array in arrays.items():
                 target = self.module.tensor(path)
                 target.copy_(to_torch(array, model.tensors[path].type.dtype, target.device))
+                release_mapped(array)  # the file's pages, once copied (as LinnetModule does)
 
     def copy_weights(self, tensors: Mapping[str, Any]) -> None:
         """Copy torch tensors (any device and float dtype) or arrays into the weights at

@@ -121,6 +121,10 @@ class Engine:
         self._active: dict[int, _Live] = {}
         self._done: list[Completion] = []
         self.stats = Stats()
+        self.prefill_seconds = 0.0
+        """How long the latest `prefill_slots` call took (0 before the first): what a
+        caller weighs against waiting for more requests to prefill together
+        (`EngineWorker`)."""
 
     # -- the public surface ----------------------------------------------------------------
 
@@ -282,7 +286,9 @@ class Engine:
             tokens[m, : len(sequence)] = sequence
             slots[m] = live.row
             lengths[m] = len(sequence)
+        start = time.perf_counter()
         logits = self.decoder.prefill(tokens, slots, lengths)
+        self.prefill_seconds = time.perf_counter() - start
         self.stats.prefill_calls += 1
         self.stats.prefill_padding += size * width - int(lengths[: len(members)].sum())
         self._pick(logits, list(range(len(members))), members)

@@ -45,6 +45,7 @@ from linnet.torch.analysis import walk
 from linnet.torch.codegen import CompiledFunction
 from linnet.torch.dtypes import INTEGERS, linnet_dtype, storage, to_torch
 from linnet.torch.runner import Runner
+from linnet.weights.safetensors import release_mapped
 
 Result = torch.Tensor | tuple[torch.Tensor, ...] | None
 Array = np.ndarray[Any, Any]
@@ -199,6 +200,9 @@ class LinnetModule(nn.Module):
         found = shared.get(id(array))
         if found is None or found.dtype != storage(t.dtype) or tuple(found.shape) != t.shape:
             found = shared[id(array)] = to_torch(array, t.dtype, self._device)
+            # A checkpoint's arrays are views of its file mapping: once copied, drop their
+            # pages, so the process never holds the weights twice (mapped and copied)
+            release_mapped(array)
         return found
 
     def _register(self, path: str, tensor: torch.Tensor, kind: str) -> None:
