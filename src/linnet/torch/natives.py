@@ -147,17 +147,24 @@ def onednn_linear_available() -> bool:
 def linear_cpu(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """`F.linear` through oneDNN on the CPU when no gradient is wanted.
+    """`F.linear` through oneDNN on the CPU under `torch.no_grad()` (serving, decoding).
 
     `F.linear` on the CPU is MKL's GEMM, which on AMD CPUs takes its generic code
     path: measured on an AMD EPYC (bench/serve.py's shapes, one thread), oneDNN's
     linear on the same row-major weight (no copy, no reordered duplicate) is as fast
     for one row and 1.5-3x faster for 8-32 rows (a batched decode step), and ONNX
-    Runtime's MLAS sits near it. oneDNN's op has no backward, so a call that autograd
-    records keeps `F.linear`. Same sums in another order: within f32 rounding.
+    Runtime's MLAS sits near it. Same sums in another order: within f32 rounding.
+    So wherever gradients are on, `F.linear` stays: oneDNN's op has no backward, and
+    a training run (LoRA, DPO, PEFT and TRL comparisons) must compute exactly what
+    PyTorch eager does whether or not a given call is recorded. Tensor subclasses
+    (`linnet.train.lora.LoraWeight`) keep `F.linear`, which their
+    `__torch_function__` serves.
     """
-    if torch.is_grad_enabled() and (
-        x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    if (
+        torch.is_grad_enabled()
+        or type(x) is not torch.Tensor
+        or type(weight) is not torch.Tensor
+        or (bias is not None and type(bias) is not torch.Tensor)
     ):
         return F.linear(x, weight, bias)
     result: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
