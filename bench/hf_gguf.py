@@ -280,6 +280,9 @@ def measure(kind: str, folder: Path, sizes: dict[str, int], args: argparse.Names
             command.append("--small")
         if args.llama_cpp:
             command += ["--llama-cpp", args.llama_cpp]
+        # The previous row's gigabytes of dirty pages written back first: otherwise the
+        # kernel throttles whichever row comes next, and rows alternate who pays.
+        os.sync()
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             return {"seconds": float("nan"), "cpu": float("nan"), "peak": 0,
