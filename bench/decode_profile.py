@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
 import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -42,25 +40,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-
-def _module(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+import quant_decode  # noqa: E402  (bench/, the script's own folder, is on the path)
 
 
 def variant(name: str, floats: dict[str, Any], folder: Path, shape: str) -> tuple[Path, Any]:
     """The source and weights of `f32`, `int8` or `int4` (group 128, 16 at `small`)."""
-    bench = sys.modules["quant_decode_bench"]
     if name == "f32":
-        return bench.SOURCE, floats
+        return quant_decode.SOURCE, floats
     from linnet.quant import quantize_checkpoint
     from linnet.weights import read_safetensors
 
-    quantised = _module("llama_quantised", bench.EXAMPLE / "quantised.py")
+    quantised = quant_decode.file_module("llama_quantised", quant_decode.EXAMPLE / "quantised.py")
     bits, group = (8 if name == "int8" else 4), (16 if shape == "small" else 128)
     source = folder / f"{name}.linnet"
     source.write_text(quantised.quantised_source(bits, group))
@@ -76,7 +66,7 @@ def profile(args: argparse.Namespace, name: str, source: Path, weights: Any, fol
     import linnet.onnx
     from linnet.ir.core import TensorType
 
-    sizes = sys.modules["quant_decode_bench"].SHAPES[args.shape]
+    sizes = quant_decode.SHAPES[args.shape]
     generics = {**sizes, "Batch": 1, "MaxSeq": args.prompt + args.steps + 2, "T": "f32"}
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -145,12 +135,13 @@ def main() -> None:
     parser.add_argument("--exact", action="store_true", help="no int8_activations")
     parser.add_argument("--no-merge", action="store_true", help="keep sibling products apart")
     args = parser.parse_args()
-    bench = _module("quant_decode_bench", ROOT / "bench" / "quant_decode.py")
     import linnet.onnx.runtime.session as session
 
     session.MERGE_SIBLINGS = not args.no_merge
-    make_weights = _module("llama_make_weights", bench.EXAMPLE / "make_weights.py")
-    sizes = bench.SHAPES[args.shape]
+    make_weights = quant_decode.file_module(
+        "llama_make_weights", quant_decode.EXAMPLE / "make_weights.py"
+    )
+    sizes = quant_decode.SHAPES[args.shape]
     generics = {**sizes, "Batch": 1, "MaxSeq": args.prompt + args.steps + 2, "T": "f32"}
     floats = make_weights.make_weights(generics, seed=0)
     with tempfile.TemporaryDirectory(prefix="decode-profile-") as scratch:

@@ -20,14 +20,12 @@ average, and whether both sides chose the same tokens.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -35,14 +33,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-
-def _module(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+import decode_profile  # noqa: E402  (bench/, the script's own folder, is on the path)
+import quant_decode  # noqa: E402
 
 
 def decode(model: Any, prompt: np.ndarray[Any, Any], new: int) -> tuple[list[int], list[float]]:
@@ -72,10 +64,10 @@ def main() -> None:
     import linnet.onnx.runtime.session as session
     from linnet.ir.core import TensorType
 
-    bench = _module("quant_decode_bench", ROOT / "bench" / "quant_decode.py")
-    profile = _module("decode_profile_bench", ROOT / "bench" / "decode_profile.py")
-    make_weights = _module("llama_make_weights", bench.EXAMPLE / "make_weights.py")
-    sizes = bench.SHAPES[args.shape]
+    make_weights = quant_decode.file_module(
+        "llama_make_weights", quant_decode.EXAMPLE / "make_weights.py"
+    )
+    sizes = quant_decode.SHAPES[args.shape]
     generics = {**sizes, "Batch": 1, "MaxSeq": args.prompt + args.new, "T": "f32"}
     floats = make_weights.make_weights(generics, seed=0)
     prompt = np.random.default_rng(1).integers(0, sizes["Vocab"], (1, args.prompt), np.int32)
@@ -84,7 +76,7 @@ def main() -> None:
           f"{args.rounds} alternated rounds; {os.cpu_count()} cores")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="merge-siblings-") as scratch:
         for name in args.variants.split(","):
-            source, weights = profile.variant(name, floats, Path(scratch), args.shape)
+            source, weights = decode_profile.variant(name, floats, Path(scratch), args.shape)
             int8 = name != "f32" and not args.exact
             models = {}
             for merge in (False, True):

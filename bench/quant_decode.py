@@ -72,7 +72,8 @@ SHAPES = {"tinyllama": TINYLLAMA, "medium": MEDIUM, "small": SMALL}
 Array = np.ndarray[Any, Any]
 
 
-def _module(name: str, path: Path) -> ModuleType:
+def file_module(name: str, path: Path) -> ModuleType:
+    """The Python file at `path` imported as module `name` (the example's helpers, other benches)."""
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -153,8 +154,8 @@ def run(args: argparse.Namespace, folder: Path) -> None:
     from linnet.quant import quantize_checkpoint
     from linnet.weights import read_safetensors
 
-    decode_bench = _module("onnx_decode_bench", ROOT / "bench" / "onnx_decode.py")
-    peer = _module("llama_cpp_runs", ROOT / "bench" / "llama_cpp_runs.py")
+    decode_bench = file_module("onnx_decode_bench", ROOT / "bench" / "onnx_decode.py")
+    peer = file_module("llama_cpp_runs", ROOT / "bench" / "llama_cpp_runs.py")
     with_peer = not args.no_llama_cpp and peer.available()
 
     def onnx_decode(model: Any, prompt: Array, new: int) -> tuple[list[int], float]:
@@ -162,8 +163,8 @@ def run(args: argparse.Namespace, folder: Path) -> None:
         kept, _, seconds = decode_bench.linnet_generate(model, prompt, new)
         return kept, seconds
 
-    make_weights = _module("llama_make_weights", EXAMPLE / "make_weights.py")
-    quantised = _module("llama_quantised", EXAMPLE / "quantised.py")
+    make_weights = file_module("llama_make_weights", EXAMPLE / "make_weights.py")
+    quantised = file_module("llama_quantised", EXAMPLE / "quantised.py")
 
     bandwidth = decode_bench.read_bandwidth()
     start = time.perf_counter()
