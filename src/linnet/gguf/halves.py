@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from linnet.ir.convert import to_bf16 as to_bf16_rounded
+
 Array = np.ndarray[Any, Any]
 SERIAL_VALUES = (1 << 15) - 1
 """Values per torch cast: fewer than its parallel grain, so no thread pool is woken."""
@@ -48,13 +50,9 @@ def f16_reference(values: Array) -> Array:
 
 def bf16_reference(values: Array) -> Array:
     """gguf-py's bf16 bits of `values` (f32) as uint16 (`BF16.quantize_blocks`): NaNs
-    quiet with their sign and top payload bits, the rest rounded to nearest even."""
-    bits = values.view(np.uint32)
-    bits = np.where(
-        (bits & 0x7FFFFFFF) > 0x7F800000, (bits & np.uint32(0xFFFF0000)) | np.uint32(64 << 16), bits
-    )
-    rounded = (bits.astype(np.uint64) + (0x7FFF + ((bits >> 16) & 1))) >> 16
-    return rounded.astype(np.uint16)
+    quiet with their sign and top payload bits, the rest rounded to nearest even, which
+    is the rounding of `linnet.ir.convert.to_bf16`."""
+    return to_bf16_rounded(values).view(np.uint16)
 
 
 def to_f16(values: Array, out: Array) -> Array:
