@@ -6,8 +6,8 @@ its own so that time and peak memory (the child's maximum resident set) are
 its alone:
 
 - linnet: `export_model` of examples/01-llama (transformers' `LlamaForCausalLM`
-  in Linnet) from a SafeTensors file opened once, the `prefill` entry for 32
-  tokens and the `decode` entry, saved by `save_together`: two model files
+  in Linnet) from a SafeTensors file opened once, the `decode` entry and the
+  `prefill` entry for 32 tokens, saved by `SavingTogether`: two model files
   pointing into one `weights.<version>.data` (external data) holding each weight once;
 - torch: transformers' `LlamaForCausalLM` loaded from the same file, exported
   by `torch.onnx.export(..., dynamo=True)` for a 32-token `input_ids` without a
@@ -25,10 +25,19 @@ prompt length, shapes computed in the graph), each in its own process; the
 tables print both, and the latency rows run both prefill graphs. The aim for
 the dynamic export: no slower than the static one was, and the same latency.
 
+linnet's exports go through `SavingTogether`: `decode` is exported first, and
+its weights (all of them) are written in a thread while `prefill` is lowered.
+
 `--exports-only` runs the two linnet exports alone (no torch export, no ONNX
 Runtime runs) and prints their rows: static against dynamic in a few minutes.
+With `--repeat N` each row runs N times, the rows alternated round by round and
+`os.sync()` before each (the previous row's gigabytes written back first), and
+the table prints each row's median and every round; `--compare-save` adds the
+rows saved the way before `SavingTogether` (`save_together` once both entries
+are exported), to show what writing during the export gains.
 
     .venv/bin/python bench/onnx_export.py [--small] [--layers N] [--keep DIR] [--exports-only]
+                                          [--repeat N] [--compare-save]
 """
 
 from __future__ import annotations
@@ -89,34 +98,48 @@ def child_weights(sizes: dict[str, int], work: Path) -> dict[str, Any]:
     return {"bytes": sum(v.numel() * v.element_size() for v in state.values())}
 
 
-def child_linnet(sizes: dict[str, int], work: Path, dynamic: bool) -> dict[str, Any]:
+def child_linnet(sizes: dict[str, int], work: Path, dynamic: bool, after: bool) -> dict[str, Any]:
+    """`decode`, then `prefill` (S dynamic with `dynamic`), exported and saved together.
+
+    By default (`SavingTogether`) each entry's weights are written in a thread as soon
+    as it is exported, so `prefill` is lowered while `decode`'s weights (all of them)
+    go to disk; with `after`, the way `save_together` saves, everything is written
+    once both are exported. Both write the same files.
+    """
     sys.path.insert(0, str(ROOT / "src"))
-    from linnet.onnx import export_model, save_together
+    from linnet.onnx import SavingTogether, export_model
     from linnet.weights.safetensors import read_safetensors
 
-    generics = {**sizes, "Batch": 1, "MaxSeq": MAX_SEQ, "T": "f32"}
-    out = work / ("linnet-dynamic" if dynamic else "linnet")
+    out = work / output_name(dynamic, after)
     out.mkdir(exist_ok=True)
     times = {}
     start = time.perf_counter()
     weights = read_safetensors(work / "weights.safetensors")  # memory-mapped, opened once
-    exported = {}
-    for entry, own in (("prefill", {"S": TOKENS}), ("decode", {})):
+    with SavingTogether(out, background=not after) as saving:  # one weights.<version>.data
+        for entry, own in (("decode", {}), ("prefill", {"S": TOKENS})):
+            began = time.perf_counter()
+            exported = export_model(
+                SOURCE,
+                generics={**generics_of(sizes), **own},
+                weights=weights,
+                entry=entry,
+                dynamic=["S"] if dynamic and own else [],
+            )
+            saving.add(entry, exported)
+            times[entry] = time.perf_counter() - began
         began = time.perf_counter()
-        exported[entry] = export_model(
-            SOURCE,
-            generics={**generics, **own},
-            weights=weights,
-            entry=entry,
-            dynamic=["S"] if dynamic and own else [],
-        )
-        times[entry] = time.perf_counter() - began
-    began = time.perf_counter()
-    save_together(exported, out)  # both graphs point into one weights.<version>.data
-    times["save"] = time.perf_counter() - began
+    times["save"] = time.perf_counter() - began  # what is left to write once both are exported
     seconds = time.perf_counter() - start
     files = {p.name: p.stat().st_size for p in out.iterdir()}
     return {"seconds": seconds, "entries": times, "peak": peak_bytes(), "files": files}
+
+
+def generics_of(sizes: dict[str, int]) -> dict[str, object]:
+    return {**sizes, "Batch": 1, "MaxSeq": MAX_SEQ, "T": "f32"}
+
+
+def output_name(dynamic: bool, after: bool) -> str:
+    return ("linnet-dynamic" if dynamic else "linnet") + ("-after" if after else "")
 
 
 def child_torch(sizes: dict[str, int], work: Path) -> dict[str, Any]:
@@ -203,7 +226,16 @@ def main() -> None:
     parser.add_argument(
         "--exports-only", action="store_true", help="only linnet's static and dynamic exports"
     )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="--exports-only: rounds of every row, alternated"
+    )
+    parser.add_argument(
+        "--compare-save",
+        action="store_true",
+        help="--exports-only: also save after both exports (save_together), not while exporting",
+    )
     parser.add_argument("--dynamic", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--after", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--which", help=argparse.SUPPRESS)
@@ -212,7 +244,7 @@ def main() -> None:
     if args.child:
         children = {
             "weights": lambda: child_weights(sizes, args.work),
-            "linnet": lambda: child_linnet(sizes, args.work, args.dynamic),
+            "linnet": lambda: child_linnet(sizes, args.work, args.dynamic, args.after),
             "torch": lambda: child_torch(sizes, args.work),
             "latency": lambda: child_latency(sizes, args.work, args.which, args.rounds),
         }
@@ -221,19 +253,33 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="onnx_export_bench_", dir=args.keep))
     if args.exports_only:
+        variants = [(False, False), (True, False)]
+        if args.compare_save:
+            variants += [(False, True), (True, True)]
+        runs: dict[tuple[bool, bool], list[dict[str, Any]]] = {v: [] for v in variants}
+        loads = []
         try:
             weight_bytes = run_child("weights", args, work)["bytes"]
-            linnet = run_child("linnet", args, work)
-            linnet_dynamic = run_child("linnet", args, work, "--dynamic")
+            for _ in range(args.repeat):  # rounds alternate the rows: drift hits each alike
+                for dynamic, after in variants:
+                    os.sync()  # the previous row's dirty pages written back before this one
+                    loads.append(os.getloadavg()[0])
+                    flags = [*(["--dynamic"] if dynamic else []), *(["--after"] if after else [])]
+                    runs[dynamic, after].append(run_child("linnet", args, work, *flags))
+                    if args.keep is None:  # outside the timing; the next row writes afresh
+                        shutil.rmtree(work / output_name(dynamic, after), ignore_errors=True)
         finally:
             if args.keep is None:
                 shutil.rmtree(work, ignore_errors=True)
-        print_exports(sizes, weight_bytes, linnet, linnet_dynamic)
+        print_exports(sizes, weight_bytes, runs, loads)
         return
     try:
         weight_bytes = run_child("weights", args, work)["bytes"]
+        os.sync()
         linnet = run_child("linnet", args, work)
+        os.sync()
         linnet_dynamic = run_child("linnet", args, work, "--dynamic")
+        os.sync()
         torch_run = run_child("torch", args, work)
         ours = run_child("latency", args, work, "--which", "linnet")
         ours_dynamic = run_child("latency", args, work, "--which", "linnet-dynamic")
@@ -273,22 +319,37 @@ def main() -> None:
 
 
 def print_exports(
-    sizes: dict[str, int], weight_bytes: int, linnet: dict[str, Any], dynamic: dict[str, Any]
+    sizes: dict[str, int],
+    weight_bytes: int,
+    runs: dict[tuple[bool, bool], list[dict[str, Any]]],
+    loads: list[float],
 ) -> None:
-    """`--exports-only`: linnet's static and dynamic export rows, the dynamic one as a ratio."""
+    """`--exports-only`: each row's median over its rounds, every round, against static."""
     gb = 1e9
+    rounds = len(next(iter(runs.values())))
     print(f"# Llama {sizes}, f32, {weight_bytes / gb:.2f} GB of weights; "
-          f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; "
-          "each export in its own process")  # fmt: skip
-    print("| export | seconds | vs static | peak GB | peak / weight bytes |")
-    print("| --- | --- | --- | --- | --- |")
-    for name, r in (("linnet export_model (prefill + decode), static shapes", linnet),
-                    ("linnet export_model (prefill + decode), prefill S dynamic", dynamic)):  # fmt: skip
-        print(f"| {name} | {r['seconds']:.2f} | {r['seconds'] / linnet['seconds']:.2f}x | "
-              f"{r['peak'] / gb:.2f} | {r['peak'] / weight_bytes:.2f}x |")  # fmt: skip
-    for label, run in (("static", linnet), ("S dynamic", dynamic)):
-        entries = ", ".join(f"{k} {v:.2f} s" for k, v in run["entries"].items())
-        print(f"# linnet {label}: {entries}")
+          f"{os.cpu_count()} cores; each export in its own process, os.sync() before each; "
+          f"{rounds} rounds, rows alternated; load average (1 min) before each row "
+          f"{min(loads):.2f}-{max(loads):.2f}")  # fmt: skip
+    print("| export (decode, then prefill) | median s | vs static | every round s | peak GB "
+          "| peak / weight bytes |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- |")
+    base = statistics.median(r["seconds"] for r in runs[False, False])
+    for (dynamic, after), done in runs.items():
+        shape = "prefill S dynamic" if dynamic else "static shapes"
+        save = "save_together after both" if after else "SavingTogether while exporting"
+        median = statistics.median(r["seconds"] for r in done)
+        every = ", ".join(f"{r['seconds']:.2f}" for r in done)
+        peak = max(r["peak"] for r in done)
+        print(f"| linnet, {shape}, {save} | {median:.2f} | {median / base:.2f}x | {every} | "
+              f"{peak / gb:.2f} | {peak / weight_bytes:.2f}x |")  # fmt: skip
+    for (dynamic, after), done in runs.items():
+        entries = ", ".join(
+            f"{k} {statistics.median(r['entries'][k] for r in done):.2f} s"
+            for k in done[0]["entries"]
+        )
+        label = ("S dynamic" if dynamic else "static") + (", saved after" if after else "")
+        print(f"# linnet {label}, medians: {entries}")
 
 
 if __name__ == "__main__":

@@ -7,13 +7,17 @@ both run from disk in ONNX Runtime and equal the same entries run by
 `load_model` (prefill then a decode step); a weight only one entry reads and
 tied weights (one array under two paths) are handled; no temporary file is
 left behind, a failed write leaves the earlier files as they were, and the
-files get the permissions of any other new file.
+files get the permissions of any other new file. `SavingTogether` (entry by
+entry, the weights written in a thread while the next entry is exported)
+writes the same files byte for byte, and a failure of its writer or of the
+caller's export leaves the earlier files as they were.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,7 @@ from test_model_llama import CONFIG, EXAMPLE, example_module
 from linnet.errors import LinnetError
 from linnet.ir.core import Builder, Function, TensorType
 from linnet.ir.interp import run_function
-from linnet.onnx import export_ir, export_model, load_model, save_together
+from linnet.onnx import SavingTogether, export_ir, export_model, load_model, save_together
 from linnet.onnx.export import payload as payload_module
 from linnet.weights.safetensors import read_safetensors, save_safetensors
 
@@ -43,6 +47,15 @@ def _external(path: Path) -> dict[str, tuple[str, int, int]]:
             info = {e.key: e.value for e in tensor.external_data}
             found[tensor.name] = (info["location"], int(info["offset"]), int(info["length"]))
     return found
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    """Every file in `folder` by name, the data file's random version (in names and bytes) masked."""
+    version = r"(weights|shared)\.[0-9a-f]{16}\.(data|bin)"
+    return {
+        re.sub(version, r"\1.V.\2", p.name): re.sub(version.encode(), rb"\1.V.\2", p.read_bytes())
+        for p in folder.iterdir()
+    }
 
 
 def _session(path: Path) -> Any:
@@ -62,6 +75,14 @@ def test_llama_prefill_and_decode_share_one_data_file(tmp_path: Path) -> None:
         "decode": export_model(SOURCE, generics=CONFIG, weights=opened, entry="decode"),
     }
     paths = save_together(exports, out)
+    # entry by entry, decode exported while prefill's weights are written: the same files
+    overlapped = tmp_path / "overlapped"
+    overlapped.mkdir()
+    with SavingTogether(overlapped) as saving:
+        saving.add("prefill", exports["prefill"])
+        saving.add("decode", export_model(SOURCE, generics=CONFIG, weights=opened, entry="decode"))
+    assert saving.paths == {name: overlapped / f"{name}.onnx" for name in exports}
+    assert _contents(overlapped) == _contents(out)
     names = sorted(p.name for p in out.iterdir())
     assert names[:2] == ["decode.onnx", "prefill.onnx"] and len(names) == 3
     data_name = names[2]
@@ -153,8 +174,15 @@ def test_weights_one_entry_reads_and_tied_weights(tmp_path: Path) -> None:
     np.testing.assert_allclose(actual, expected[0], rtol=1e-5, atol=1e-6)
 
 
+def _entry_by_entry(models: dict[str, Any], folder: Path) -> None:
+    with SavingTogether(folder) as saving:
+        for name, exported in models.items():
+            saving.add(name, exported)
+
+
+@pytest.mark.parametrize("save", [save_together, _entry_by_entry])
 def test_a_failed_write_leaves_the_earlier_files(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, save: Any
 ) -> None:
     arrays = _arrays(40)
     first = export_ir(_scaled(40, ("w1",)), weights=arrays)
@@ -173,7 +201,27 @@ def test_a_failed_write_leaves_the_earlier_files(
     monkeypatch.setattr(payload_module, "raw_view", failing)
     second = export_ir(_scaled(40, ("w1", "w2")), weights=_arrays(40))
     with pytest.raises(LinnetError, match="No space left on device"):
-        save_together({"m": second}, tmp_path)
+        save({"m": second}, tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_a_failed_export_while_saving_leaves_the_earlier_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    save_together({"m": export_ir(_scaled(40, ("w1",)), weights=_arrays(40))}, tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    writing = threading.Event()
+    real = payload_module.raw_view
+
+    def noted(array: Array) -> Array:
+        writing.set()
+        return real(array)
+
+    monkeypatch.setattr(payload_module, "raw_view", noted)
+    with pytest.raises(LinnetError, match="the export failed"), SavingTogether(tmp_path) as saving:
+        saving.add("m", export_ir(_scaled(40, ("w1", "w2")), weights=_arrays(40)))
+        assert writing.wait(30)  # the data file is being written when the next export fails
+        raise LinnetError("the export failed")
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 

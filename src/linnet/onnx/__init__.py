@@ -13,7 +13,9 @@ imports onnx (onnxruntime only when a session is made).
   module-level entry.
 - `export_ir(fn)`: the same from an already lowered Core IR function.
 - `save_together({name: exported}, folder)`: several entries of one model
-  saved side by side, their shared weights written once to one data file.
+  saved side by side, their shared weights written once to one data file;
+  `SavingTogether(folder)` the same entry by entry, the weights written in a
+  thread while the next entry is exported.
 - `model_to_text` / `model_from_text`: the ONNX text form (`linnet onnx`).
 - `check_provider(model, provider)`: the clear error for a bf16 model on
   the CPU provider.
@@ -42,8 +44,9 @@ from typing import Any
 from linnet.onnx.export.api import export_function, export_model
 from linnet.onnx.export.assemble import export_ir
 from linnet.onnx.export.provider import check_provider
-from linnet.onnx.export.result import ExportedModel, GraphIO, save_together
+from linnet.onnx.export.result import ExportedModel, GraphIO
 from linnet.onnx.export.text import model_from_text, model_to_text
+from linnet.onnx.export.together import SavingTogether, save_together
 
 _RUNTIME = ("OnnxModel", "load_model")
 _EXPORTED = ("ExportedSession",)
@@ -79,6 +82,7 @@ __all__ = [
     "ImportRefusedError",
     "ImportResult",
     "OnnxModel",
+    "SavingTogether",
     "UnmappedOperatorsError",
     "check_provider",
     "export_function",

@@ -7,7 +7,8 @@ initializer name (`Payload`). Out: the arrays put into the message as
 `raw_data` (`materialize`, for a caller that wants a complete in-memory
 model), or a data file written from the arrays with the message pointing
 into it (`write_external`), or one data file shared by several entries
-exported from the same arrays (`write_shared`). Each save writes its data
+exported from the same arrays (`write_shared`; `SharedData` takes them one
+at a time and writes in a thread meanwhile). Each save writes its data
 file under a new name (`m.onnx.<version>.data`) so that a model and its
 data file are replaced without a reader ever seeing one point at the
 other's predecessor: `linnet.atomic` documents the protocol. `write_inline` writes
@@ -29,6 +30,8 @@ onnx allows), smaller ones on a multiple of `SMALL_ALIGN`.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -138,73 +141,152 @@ def write_shared(
     target, then earlier data files of `data_path`'s family that no model in
     the folder refers to any more are removed. A reader never sees a model
     pointing at a missing or foreign data file; weights are not fsynced.
+    `SharedData` does the same one model at a time, writing in a thread.
     """
-    started = time.time()
-    folder = data_path.parent
-    for _, _, target in models:
-        if target.parent.resolve() != folder.resolve():
-            raise LinnetError(
-                f"cannot save `{target}` with external data in `{data_path}`: "
-                "the model files and their data file must share one folder"
-            )
-    written: dict[tuple[int, int, str], int] = {}
-    placed: list[tuple[onnx.TensorProto, int, int]] = []
-    moved: list[tuple[onnx.TensorProto, bytes]] = []
-    try:
-        total = sum(payload_bytes(payload) for _, payload, _ in models)
+    shared = SharedData(data_path, message_tensors=message_tensors)
+    for model, payload, target in models:
+        shared.add(model, payload, target)
+    return shared.finish()
+
+
+def _check_folder(target: Path, data_path: Path) -> None:
+    if target.parent.resolve() != data_path.parent.resolve():
+        raise LinnetError(
+            f"cannot save `{target}` with external data in `{data_path}`: "
+            "the model files and their data file must share one folder"
+        )
+
+
+_Key = tuple[int, int, str]
+_DONE = None
+"""The end of the queue of `SharedData`'s writer: every byte is queued."""
+_ABORT = (0, None, 0)
+"""Put into `SharedData`'s queue to make its writer drop the file."""
+
+
+class _Aborted(Exception):
+    """Raised inside the writer to drop its temporary file (`SharedData.abort`)."""
+
+
+class SharedData:
+    """`write_shared`, model by model: the layout decided as each is added, bytes written after.
+
+    `add` places each pending array of a model (or finds it already placed)
+    at once, so the data file's layout is the same whenever its bytes get
+    written; `finish` writes what is left, points the models into the file
+    and renames them in (the order of `write_shared`); `abort` leaves
+    nothing behind. With `background`, a thread writes the data file while
+    the caller goes on (exporting the next entry, say): the bytes are written
+    by the kernel with the GIL released, so the caller's CPU work hides behind
+    the disk; an error of the writer (a full disk) is raised by `finish` as
+    `write_shared` raises it. Each model is read by the caller's thread only;
+    the writer reads the arrays, which must not change until `finish`.
+    """
+
+    def __init__(
+        self, data_path: Path, *, message_tensors: bool = False, background: bool = False
+    ) -> None:
+        self.data_path = data_path
+        self.started = time.time()
+        self._message_tensors = message_tensors
+        self._models: list[tuple[onnx.ModelProto, Path]] = []
+        self._written: dict[_Key, int] = {}
+        self._placed: list[tuple[onnx.TensorProto, int, int]] = []
+        self._moved: list[tuple[onnx.TensorProto, bytes]] = []
+        self._offset = 0
+        self._queue: queue.SimpleQueue[tuple[int, Any, int] | None] = queue.SimpleQueue()
+        self._queued = 0
+        self._path: Path | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._run, name="linnet-save", daemon=True)
+            self._thread.start()
+
+    def add(self, model: onnx.ModelProto, payload: Payload, target: Path) -> None:
+        """Place `model`'s pending arrays (and message tensors) and queue their bytes."""
+        _check_folder(target, self.data_path)
+        if any(model is seen for seen, _ in self._models):  # one entry under two names
+            self._models.append((model, target))
+            return
+        self._models.append((model, target))
+        chunks: list[tuple[onnx.TensorProto, Any, _Key]] = []
+        for tensor, array in pending_initializers(model, payload):
+            key = (int(array.__array_interface__["data"][0]), int(array.nbytes), array.dtype.str)
+            chunks.append((tensor, array, key))
+        if self._message_tensors:
+            for tensor in _message_tensors(model.graph):
+                raw = tensor.raw_data
+                self._moved.append((tensor, raw))
+                chunks.append((tensor, raw, (id(raw), len(raw), "raw")))
+        for tensor, buffer, key in chunks:
+            size = key[1]
+            start = self._written.get(key)
+            if start is None:
+                start = _aligned(self._offset, size)
+                self._queue.put((start - self._offset, buffer, size))
+                self._queued += size
+                self._offset = start + size
+                self._written[key] = start
+            self._placed.append((tensor, start, size))
+
+    def finish(self) -> Path:
+        """Write the rest of the data file, then the models; the data file's path."""
+        self._queue.put(_DONE)
+        if self._thread is None:
+            self._write()
+        else:
+            self._thread.join()
+            if self._error is not None:
+                raise self._error
+        assert self._path is not None
+        location = self._path.name
+        try:
+            for tensor, _ in self._moved:
+                tensor.ClearField("raw_data")
+            for tensor, start, size in self._placed:
+                _point(tensor, location, start, size)
+            for model, target in self._models:
+                with atomic_write(target, durable=False) as out:
+                    out.write(model.SerializeToString())
+        finally:
+            for tensor, _, _ in self._placed:
+                del tensor.external_data[:]
+                tensor.data_location = onnx.TensorProto.DEFAULT
+            for tensor, raw in self._moved:
+                tensor.raw_data = raw
+        targets = [target for _, target in self._models]
+        folder = self.data_path.parent
+        remove_unreferenced(self.data_path, [self._path], _referrers(folder, targets), self.started)
+        return self._path
+
+    def abort(self) -> None:
+        """Stop writing and remove the unfinished data file (the models were never written)."""
+        if self._thread is not None:
+            self._queue.put(_ABORT)
+            self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            self._write()
+        except BaseException as error:  # handed to `finish` in the caller's thread
+            self._error = error
+
+    def _write(self) -> None:
+        total = None if self._thread is not None else self._queued
         with (
-            versioned_write(data_path, durable=False) as data,
-            Progress(f"writing {data_path.name}", total, "B") as bar,
+            versioned_write(self.data_path, durable=False) as data,
+            Progress(f"writing {self.data_path.name}", total, "B") as bar,
         ):
-            offset = 0
-            seen: set[int] = set()  # one exported entry saved under two names
-            for model, payload, _ in models:
-                if id(model) in seen:
-                    continue
-                seen.add(id(model))
-                chunks: list[tuple[onnx.TensorProto, Any, tuple[int, int, str]]] = []
-                for tensor, array in pending_initializers(model, payload):
-                    key = (
-                        int(array.__array_interface__["data"][0]),
-                        int(array.nbytes),
-                        array.dtype.str,
-                    )
-                    chunks.append((tensor, raw_view(array), key))
-                if message_tensors:
-                    for tensor in _message_tensors(model.graph):
-                        raw = tensor.raw_data
-                        moved.append((tensor, raw))
-                        chunks.append((tensor, raw, (id(raw), len(raw), "raw")))
-                for tensor, buffer, key in chunks:
-                    size = key[1]
-                    start = written.get(key)
-                    if start is None:
-                        start = _aligned(offset, size)
-                        if start > offset:
-                            data.write(bytes(start - offset))
-                        data.write(buffer)
-                        bar.update(size)
-                        offset = start + size
-                        written[key] = start
-                    placed.append((tensor, start, size))
-        assert data.path is not None
-        location = data.path.name
-        for tensor, _ in moved:
-            tensor.ClearField("raw_data")
-        for tensor, start, size in placed:
-            _point(tensor, location, start, size)
-        for model, _, target in models:
-            with atomic_write(target, durable=False) as out:
-                out.write(model.SerializeToString())
-    finally:
-        for tensor, _, _ in placed:
-            del tensor.external_data[:]
-            tensor.data_location = onnx.TensorProto.DEFAULT
-        for tensor, raw in moved:
-            tensor.raw_data = raw
-    targets = [target for _, _, target in models]
-    remove_unreferenced(data_path, [data.path], _referrers(folder, targets), started)
-    return data.path
+            while (item := self._queue.get()) is not _DONE:
+                if item is _ABORT:
+                    raise _Aborted
+                padding, buffer, size = item
+                if padding:
+                    data.write(bytes(padding))
+                data.write(raw_view(buffer).data if isinstance(buffer, np.ndarray) else buffer)
+                bar.update(size)
+        self._path = data.path
 
 
 def _message_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:

@@ -4,6 +4,7 @@ Stage: the exporter's output. In: the `ModelProto` that `assemble`
 built and the description of its inputs and outputs. Out: `.model`,
 `.inputs`/`.outputs` (`GraphIO`: ONNX name, role, IR type, Linnet path),
 `.text()` (the ONNX text form), `.save(path)` and `.session(provider)`.
+Several entries saved with one data file: `linnet.onnx.export.together`.
 
 Embedded weights stay out of the message until someone needs them there
 (`payload`): `.model` puts them in on first use (a complete
@@ -18,13 +19,11 @@ model when they add up to more than `PROTOBUF_LIMIT` (or when asked to);
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import onnx
 
-from linnet.errors import LinnetError
 from linnet.ir.core import Function, TensorType
 from linnet.onnx.export.payload import (
     Payload,
@@ -32,7 +31,6 @@ from linnet.onnx.export.payload import (
     payload_bytes,
     write_external,
     write_inline,
-    write_shared,
 )
 from linnet.records import record
 
@@ -185,38 +183,3 @@ class ExportedModel:
         from linnet.onnx.export.provider import inference_session
 
         return inference_session(self._model, provider or self.provider, self._payload, **options)
-
-
-def save_together(
-    models: Mapping[str, ExportedModel],
-    folder: str | os.PathLike[str],
-    *,
-    data_file: str = "weights.data",
-) -> dict[str, Path]:
-    """Save several exported entries as `<folder>/<name>.onnx`, their weights in one file.
-
-    The entries of one model (`prefill` and `decode`, say) hold the same
-    weights; saved one by one, each writes its own copy of them. Here every
-    array is written once to one data file and each model points into it
-    (`<data_file>` under a new versioned name each save: `weights.<version>.data`,
-    see `linnet.atomic`), when the entries were exported from the same arrays (weights opened
-    once, e.g. `linnet.weights.safetensors.read_safetensors`, and passed to
-    each `export_model`); a weight only one entry holds is written for it
-    alone. An entry whose weights are already in its message (`.model` was
-    used) is saved as `save` would. Returns the path of each model file.
-    """
-    target = Path(folder)
-    if not target.is_dir():
-        raise LinnetError(f"cannot save the entries into `{target}`: not a folder")
-    if not models:
-        raise LinnetError("save_together needs at least one exported entry")
-    if "/" in data_file or data_file in ("", ".", ".."):
-        raise LinnetError(f"data_file `{data_file}` must be a file name, not a path")
-    paths = {name: target / f"{name}.onnx" for name in models}
-    pending = [(m._model, m._payload, paths[name]) for name, m in models.items() if m._payload]
-    if pending:
-        write_shared(pending, target / data_file)
-    for name, m in models.items():
-        if not m._payload:
-            m.save(paths[name])
-    return paths
