@@ -311,6 +311,11 @@ class VersionedFile:
     def write(self, data: bytes | bytearray | memoryview) -> int:
         return self._out.write(data)
 
+    @property
+    def handle(self) -> BinaryIO:
+        """The open file, for a writer that copies into it in the kernel (`FileCopier`)."""
+        return self._out
+
 
 def remove_unreferenced(
     base: str | os.PathLike[str], keep: Iterable[Path], referrers: Iterable[Path], started: float

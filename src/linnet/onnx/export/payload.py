@@ -20,7 +20,11 @@ onnx's external-data helper then copies it again and reads it back from
 disk to restore the message. Writing each array's own buffer (a memory map
 of the checkpoint, usually) to the data file reads it once and copies
 nothing, so an export holds about the weight bytes at its peak, not twice
-that.
+that. An array that is a SafeTensors file's mapping (`file_range`) is copied
+file to file by the kernel (`FileCopier`): its pages are never mapped into
+this process, which halves the CPU time of the copy (measured: 0.29 s of
+system time per GiB against 0.67-0.83 s writing from the mapping) and keeps
+them out of the resident set.
 
 Offsets in the data file: tensors of at least `ALIGN_THRESHOLD` bytes start
 on a multiple of `PAGE_ALIGN` (64 KiB, the mapping granularity of every
@@ -43,6 +47,7 @@ import onnx
 from linnet.atomic import atomic_write, remove_unreferenced, versioned_write
 from linnet.errors import LinnetError
 from linnet.progress import Progress
+from linnet.weights.safetensors import FileCopier, file_range
 
 INLINE_LIMIT = 1024
 """Weights smaller than this many bytes are embedded at once (as onnx's `size_threshold`)."""
@@ -276,6 +281,7 @@ class SharedData:
         total = None if self._thread is not None else self._queued
         with (
             versioned_write(self.data_path, durable=False) as data,
+            FileCopier(data.handle) as copier,
             Progress(f"writing {self.data_path.name}", total, "B") as bar,
         ):
             while (item := self._queue.get()) is not _DONE:
@@ -284,7 +290,10 @@ class SharedData:
                 padding, buffer, size = item
                 if padding:
                     data.write(bytes(padding))
-                data.write(raw_view(buffer).data if isinstance(buffer, np.ndarray) else buffer)
+                if not isinstance(buffer, np.ndarray):
+                    data.write(buffer)
+                elif (origin := file_range(buffer)) is None or not copier.copy(*origin, size):
+                    data.write(raw_view(buffer).data)
                 bar.update(size)
         self._path = data.path
 
