@@ -32,7 +32,8 @@ its weights (all of them) are written in a thread while `prefill` is lowered.
 Runtime runs) and prints their rows: static against dynamic in a few minutes.
 With `--repeat N` each row runs N times, the rows alternated round by round and
 `os.sync()` before each (the previous row's gigabytes written back first), and
-the table prints each row's median and every round; `--compare-save` adds the
+the table prints each row's median and every round, of the wall time and of
+the CPU time (user and system: what the disk's swings leave out); `--compare-save` adds the
 rows saved the way before `SavingTogether` (`save_together` once both entries
 are exported), to show what writing during the export gains.
 
@@ -67,6 +68,12 @@ MAX_SEQ = 64
 
 def peak_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kilobytes
+
+
+def cpu_seconds() -> float:
+    """User and system time of this process, its threads included (the disk wait is not)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def hf_config(sizes: dict[str, int]) -> Any:
@@ -113,7 +120,7 @@ def child_linnet(sizes: dict[str, int], work: Path, dynamic: bool, after: bool) 
     out = work / output_name(dynamic, after)
     out.mkdir(exist_ok=True)
     times = {}
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     weights = read_safetensors(work / "weights.safetensors")  # memory-mapped, opened once
     with SavingTogether(out, background=not after) as saving:  # one weights.<version>.data
         for entry, own in (("decode", {}), ("prefill", {"S": TOKENS})):
@@ -129,9 +136,9 @@ def child_linnet(sizes: dict[str, int], work: Path, dynamic: bool, after: bool) 
             times[entry] = time.perf_counter() - began
         began = time.perf_counter()
     times["save"] = time.perf_counter() - began  # what is left to write once both are exported
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     files = {p.name: p.stat().st_size for p in out.iterdir()}
-    return {"seconds": seconds, "entries": times, "peak": peak_bytes(), "files": files}
+    return {"seconds": seconds, "cpu": cpu, "entries": times, "peak": peak_bytes(), "files": files}
 
 
 def generics_of(sizes: dict[str, int]) -> dict[str, object]:
@@ -331,18 +338,20 @@ def print_exports(
           f"{os.cpu_count()} cores; each export in its own process, os.sync() before each; "
           f"{rounds} rounds, rows alternated; load average (1 min) before each row "
           f"{min(loads):.2f}-{max(loads):.2f}")  # fmt: skip
-    print("| export (decode, then prefill) | median s | vs static | every round s | peak GB "
-          "| peak / weight bytes |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| export (decode, then prefill) | median s | vs static | every round s "
+          "| median CPU s | every round CPU s | peak GB | peak / weight bytes |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     base = statistics.median(r["seconds"] for r in runs[False, False])
     for (dynamic, after), done in runs.items():
         shape = "prefill S dynamic" if dynamic else "static shapes"
         save = "save_together after both" if after else "SavingTogether while exporting"
         median = statistics.median(r["seconds"] for r in done)
         every = ", ".join(f"{r['seconds']:.2f}" for r in done)
+        cpu = statistics.median(r["cpu"] for r in done)
+        every_cpu = ", ".join(f"{r['cpu']:.2f}" for r in done)
         peak = max(r["peak"] for r in done)
         print(f"| linnet, {shape}, {save} | {median:.2f} | {median / base:.2f}x | {every} | "
-              f"{peak / gb:.2f} | {peak / weight_bytes:.2f}x |")  # fmt: skip
+              f"{cpu:.2f} | {every_cpu} | {peak / gb:.2f} | {peak / weight_bytes:.2f}x |")  # fmt: skip
     for (dynamic, after), done in runs.items():
         entries = ", ".join(
             f"{k} {statistics.median(r['entries'][k] for r in done):.2f} s"
