@@ -1,0 +1,155 @@
+"""Benchmark: one-row CPU linears on int8 / int4-group weights, PyTorch's kernels side by side.
+
+What `linnet.torch` could run for `std.quant::linear_int8` (`Int8Linear`: int8
+rows, an f32 scale per row) and `std.quant::linear_int4_groups`
+(`Int4GroupLinear`: unsigned nibbles, a scale and a zero point per group of
+128) at batch 1, on the TinyLlama weight shapes (2048x2048 attention,
+5632x2048 MLP, 32000x2048 lm_head), each kernel on the same weights:
+
+- `F.linear f32` / `oneDNN f32`: the weight dequantised once (as the std body
+  does it) and kept as f32; `F.linear` is MKL (what `natives_quant` runs), `oneDNN`
+  is the kernel of `natives.linear_cpu` (the std f32 linear; same function within
+  f32 rounding);
+- `int8pack_mm`: `aten._weight_int8pack_mm(x, q, scale)`, weight-only int8
+  (`(x @ q^T) * scale`: the body's function within f32 rounding);
+- `int4pack_mm`: `aten._weight_int4pack_mm_for_cpu` on
+  `_convert_weight_to_int4pack_for_cpu`'s repack, scales and zeros as
+  `(q - 8) * s + (8 - z) * s` (the body's function within f32 rounding);
+- `dynamic int8 (fbgemm)` and `dynamic int8 (oneDNN)`: activations rounded to
+  u8 per row at run time (one scale and zero point for the row), int8 weights
+  with per-row scales, int32 sums (VNNI): `quantized.linear_dynamic` and
+  `onednn.qlinear_pointwise`. A different function (the activations are
+  rounded, per row rather than per block as `load_model(int8_activations=True)`
+  and llama.cpp do): listed for speed only, with its error.
+
+Each kernel cycles through enough copies of the weight to overflow the caches
+(a decode step reads each weight once), kernels alternate round by round, and
+the best round is reported with the median; GB/s is the weight bytes each one
+reads (f32 for the dequantised rows). `max |err|` is against f64 on the
+dequantised weight.
+
+    .venv/bin/python bench/quant_kernels.py [--rounds 7] [--threads 2] [--shapes 2048x2048,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+Kernel = Callable[[int], torch.Tensor]
+SHAPES = "2048x2048,5632x2048,32000x2048"
+GROUP = 128
+
+
+def timed(kernel: Kernel, copies: int) -> float:
+    start = time.perf_counter()
+    for i in range(copies):
+        kernel(i)
+    return (time.perf_counter() - start) / copies
+
+
+def kernels(out: int, into: int, copies: int) -> dict[str, tuple[Kernel, float, torch.Tensor]]:
+    """name -> (kernel over copy i, weight bytes read, its result's max error on copy 0)."""
+    torch.manual_seed(0)
+    x = torch.randn(1, into)
+    q = [torch.randint(-127, 128, (out, into), dtype=torch.int8) for _ in range(copies)]
+    s = [torch.rand(out) * 0.01 + 0.001 for _ in range(copies)]
+    w8 = [qi.float() * si[:, None] for qi, si in zip(q, s, strict=True)]
+    nib = torch.randint(0, 16, (out, into), dtype=torch.int32)
+    gs = torch.rand(out, into // GROUP) * 0.01 + 0.001
+    gz = torch.randint(0, 16, (out, into // GROUP)).float()
+    w4 = ((nib.view(out, -1, GROUP).float() - gz[..., None]) * gs[..., None]).view(out, into)
+    packed4 = torch.ops.aten._convert_weight_to_int4pack_for_cpu(nib, 1)
+    p4 = [packed4.clone() for _ in range(copies)]
+    scales_zeros = torch.stack([gs, (8 - gz) * gs], -1).transpose(0, 1).contiguous()
+    with warnings.catch_warnings():  # quantized tensors are deprecated; only for this peer
+        warnings.simplefilter("ignore")
+        zeros = torch.zeros(out, dtype=torch.long)
+        fbgemm = [
+            torch.ops.quantized.linear_prepack(
+                torch._make_per_channel_quantized_tensor(qi, si.double(), zeros, 0), None
+            )
+            for qi, si in zip(q, s, strict=True)
+        ]
+    onednn = [torch.ops.onednn.qlinear_prepack(qi, [1, into]) for qi in q]
+
+    def dynamic_onednn(i: int) -> torch.Tensor:
+        low, high = x.amin().clamp_max(0), x.amax().clamp_min(0)
+        step = (high - low) / 255
+        zero = torch.round(-low / step).to(torch.int64)
+        xq = torch.clamp(torch.round(x / step) + zero, 0, 255).to(torch.uint8)
+        return torch.ops.onednn.qlinear_pointwise.tensor(
+            xq, step, zero, onednn[i], s[i], zeros, None, 1.0, 0, torch.float32, "none", [], ""
+        )
+
+    def dynamic_fbgemm(i: int) -> torch.Tensor:
+        result: torch.Tensor = torch.ops.quantized.linear_dynamic(x, fbgemm[i], False)
+        return result
+
+    n8, n4 = out * into, out * into // 2 + 5 * out * into // GROUP
+    found: dict[str, tuple[Kernel, float]] = {
+        "F.linear f32": (lambda i: F.linear(x, w8[i]), 4 * n8),
+        "oneDNN f32": (lambda i: torch.ops.mkldnn._linear_pointwise(x, w8[i], None, "none", [], ""), 4 * n8),
+        "int8pack_mm": (lambda i: torch.ops.aten._weight_int8pack_mm(x, q[i], s[i]), n8),
+        "dynamic int8 (fbgemm)": (dynamic_fbgemm, n8),
+        "dynamic int8 (oneDNN)": (dynamic_onednn, n8),
+        "int4pack_mm": (
+            lambda i: torch.ops.aten._weight_int4pack_mm_for_cpu(x, p4[i], GROUP, scales_zeros), n4
+        ),
+    }  # fmt: skip
+    reference8 = F.linear(x.double(), w8[0].double())
+    reference4 = F.linear(x.double(), w4.double())
+    return {
+        name: (
+            kernel,
+            size,
+            (kernel(0).double() - (reference4 if "int4" in name else reference8)).abs().max(),
+        )
+        for name, (kernel, size) in found.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--shapes", default=SHAPES, help=f"Out x In, comma-separated ({SHAPES})")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.backends.quantized.engine = "x86"  # fbgemm's dynamic linear, the fastest here
+    print(
+        f"# torch {torch.__version__}, {args.threads} threads, CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()}, best / median of {args.rounds} rounds, "
+        f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())} at the start"
+    )
+    print("| weight | kernel | best ms | median ms | GB/s (best) | max abs err |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    with torch.no_grad():
+        for shape in args.shapes.split(","):
+            out, into = (int(n) for n in shape.split("x"))
+            copies = max(2, int(256e6 // (4 * out * into)) + 1)
+            found = kernels(out, into, copies)
+            seconds: dict[str, list[float]] = {name: [] for name in found}
+            for _ in range(args.rounds):
+                for name, (kernel, _, _) in found.items():
+                    kernel(0)
+                    seconds[name].append(timed(kernel, copies))
+            for name, (_, size, error) in found.items():
+                best, middle = min(seconds[name]), statistics.median(seconds[name])
+                print(
+                    f"| {out}x{into} | {name} | {best * 1e3:.3f} | {middle * 1e3:.3f} | "
+                    f"{size / best / 1e9:.1f} | {float(error):.1e} |",
+                    flush=True,
+                )
+    print(f"# load average {' '.join(f'{v:.2f}' for v in os.getloadavg())} at the end")
+
+
+if __name__ == "__main__":
+    main()
