@@ -117,13 +117,17 @@ def child(kind: str, folder: Path, out: Path, sizes: dict[str, int], llama_cpp: 
     if kind == "hf":
         # Imported before the clock starts, with the modules export imports when it runs
         # (checker, binder, ...): the file copy it is compared with pays no import either
-        # (the gguf rows include theirs, as the converter's process does).
+        # (the gguf rows include theirs, as the converter's process does). The lexer and
+        # parser too: without them the clock counted their import (compiled from source,
+        # 0.05-0.1 s, where PYTHONDONTWRITEBYTECODE is set) as source checking.
         import linnet.check.checker
         import linnet.check.modules
+        import linnet.check.prelude
         import linnet.gguf
         import linnet.hf
         import linnet.ir.bind
         import linnet.pipeline
+        import linnet.syntax.parser
         import linnet.weights
     start = time.perf_counter()
     who = resource.RUSAGE_SELF
