@@ -26,8 +26,11 @@ and reused). Then, each in a process of its own so that time and peak memory
   tokens. Needs `llama_cpp` importable and the converter.
 
 `--llama-cpp` defaults to `$LINNET_LLAMA_CPP_CONVERTER` (as the slow tests read it).
-The machine's load average is printed before and after: timings on a shared
-machine are noisy, so compare the alternating rounds, not single figures.
+The machine's load average is printed before and after and with each round:
+timings on a shared machine are noisy, so compare the alternating rounds (who goes
+first alternates too; before each measurement dirty pages are synced and the source
+file is read once, so each starts from the same page cache), not single figures;
+with `--repeat` above 1 the medians and the fastest of each side are printed too.
 
     .venv/bin/python bench/hf_gguf.py [--layers N] [--small] [--keep DIR] [--llama-cpp DIR]
                                       [--only hf|gguf|gguf-T|convert|decode ...] [--no-peer]
@@ -129,6 +132,7 @@ def child(kind: str, folder: Path, out: Path, sizes: dict[str, int], llama_cpp: 
         import linnet.pipeline
         import linnet.syntax.parser
         import linnet.weights
+    before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     who = resource.RUSAGE_SELF
     if kind == "copy":
@@ -170,6 +174,8 @@ def child(kind: str, folder: Path, out: Path, sizes: dict[str, int], llama_cpp: 
     seconds = time.perf_counter() - start
     usage = resource.getrusage(who)
     cpu = usage.ru_utime + usage.ru_stime
+    if who == resource.RUSAGE_SELF:  # the timed part's, not the imports before it
+        cpu -= before.ru_utime + before.ru_stime
     print(json.dumps({"seconds": seconds, "cpu": cpu, "peak": peak_bytes(who), "note": note}))
 
 
@@ -275,6 +281,7 @@ def load_average() -> str:
 
 
 def measure(kind: str, folder: Path, sizes: dict[str, int], args: argparse.Namespace) -> Any:
+    chunk = bytearray(1 << 24)
     with tempfile.TemporaryDirectory(dir=folder.parent) as scratch:
         command = [
             sys.executable, __file__, "--child", kind, "--keep", str(folder.parent),
@@ -287,6 +294,11 @@ def measure(kind: str, folder: Path, sizes: dict[str, int], args: argparse.Names
         # The previous row's gigabytes of dirty pages written back first: otherwise the
         # kernel throttles whichever row comes next, and rows alternate who pays.
         os.sync()
+        # and the source read once, so that each row starts with it in the page cache
+        # (where memory allows) rather than whichever row comes after an eviction
+        with (folder / "model.safetensors").open("rb", buffering=0) as source:
+            while source.readinto(chunk):
+                pass
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             return {"seconds": float("nan"), "cpu": float("nan"), "peak": 0,
@@ -354,19 +366,30 @@ def main() -> None:
         for t in GGUF_TYPES
         if f"gguf-{t}" in only or ("gguf" in only and t != "bf16")
     ]
-    # cpu: user + system seconds of the process (the peer's: of its converter), which a
-    # machine shared with other work inflates far less than the wall-clock seconds
+    # cpu: user + system seconds of the timed part (the peer's: of its converter process),
+    # which a machine shared with other work inflates far less than the wall-clock seconds
     if rows:
         print(f"{'ours':<16}{'s':>8}{'cpu s':>7}{'peak GB':>9}  {'peer':<24}{'s':>8}{'cpu s':>7}"
               f"{'peak GB':>9}{'ratio':>7}")  # fmt: skip
-    for label, kind, peer_label, peer_kind in [row for row in rows for _ in range(args.repeat)]:
-        ours = measure(kind, folder, sizes, args)
-        if peer_kind == "copy" or (peer_ok and not args.no_peer):
+    seconds: dict[str, list[float]] = {}
+    for index, (label, kind, peer_label, peer_kind) in enumerate(
+        row for row in rows for _ in range(args.repeat)
+    ):
+        has_peer = peer_kind == "copy" or (peer_ok and not args.no_peer)
+        # who goes first alternates round by round: the first of the two may find the
+        # source's pages evicted (by other work on the machine) and pay for reading them
+        peer_first = has_peer and index % args.repeat % 2 == 1
+        if peer_first:
             theirs = measure(peer_kind, folder, sizes, args)
-        else:
+        ours = measure(kind, folder, sizes, args)
+        if has_peer and not peer_first:
+            theirs = measure(peer_kind, folder, sizes, args)
+        elif not has_peer:
             why = "no --llama-cpp" if not args.llama_cpp else "no tokenizer.model (sentencepiece)"
             why = "--no-peer" if args.no_peer else why
             theirs = {"seconds": float("nan"), "cpu": float("nan"), "peak": 0, "note": why}
+        seconds.setdefault(label, []).append(ours["seconds"])
+        seconds.setdefault(peer_label, []).append(theirs["seconds"])
         ratio = (
             ours["seconds"] / theirs["seconds"]
             if theirs["seconds"] == theirs["seconds"]
@@ -375,10 +398,20 @@ def main() -> None:
         print(
             f"{label:<16}{ours['seconds']:>8.2f}{ours['cpu']:>7.1f}{ours['peak'] / 1e9:>9.2f}  "
             f"{peer_label:<24}{theirs['seconds']:>8.2f}{theirs['cpu']:>7.1f}"
-            f"{theirs['peak'] / 1e9:>9.2f}{ratio:>7.2f}"
+            f"{theirs['peak'] / 1e9:>9.2f}{ratio:>7.2f}  load {os.getloadavg()[0]:.2f}"
+            + (" (peer first)" if peer_first else "")
             + (f"  ({theirs['note']})" if theirs.get("note") else "")
             + (f"  [ours: {ours['note']}]" if ours.get("note") else "")
         )
+    for label, _, peer_label, _ in rows:
+        mine, peers = seconds[label], [v for v in seconds[peer_label] if v == v]
+        if args.repeat > 1 and peers:
+            print(
+                f"{label}: median {statistics.median(mine):.2f} s, fastest {min(mine):.2f} s; "
+                f"{peer_label}: median {statistics.median(peers):.2f} s, fastest "
+                f"{min(peers):.2f} s; fastest / fastest {min(mine) / min(peers):.2f}, "
+                f"median / median {statistics.median(mine) / statistics.median(peers):.2f}"
+            )
     if "convert" in only:
         card = measure("convert", folder, sizes, args)
         print(f"{'convert':<16}{card['seconds']:>8.2f}{card['peak'] / 1e9:>9.2f}  ({card['note']})")
