@@ -139,6 +139,7 @@ def test_weights_from_a_file_are_copied_whole_in_its_order(
     tensors follow it and its data section is the checkpoint's, copied with one kernel
     call (or written from memory where the kernel refuses, the same bytes); tensor by
     tensor, the file equals the one written from memory in the usual order."""
+    import mmap
     import os
 
     from linnet.weights.safetensors import SafeTensorsFile, save_safetensors_streamed
@@ -172,6 +173,8 @@ def test_weights_from_a_file_are_copied_whole_in_its_order(
     data = checkpoint.path.read_bytes()[checkpoint.data_start :]
     assert calls == [len(data)]
     assert copied.read_bytes()[out.data_start :] == data
+    # the header padded so that the kernel copies whole pages
+    assert out.data_start % mmap.PAGESIZE == checkpoint.data_start % mmap.PAGESIZE
     assert list(out.tensors) == [name for name, *_ in reverse]
     assert written.read_bytes() == copied.read_bytes()
     stored, usual = read_safetensors(copied), read_safetensors(memory)

@@ -186,8 +186,10 @@ def _write_weights(folder: Path, plan: WeightPlan, max_shard_bytes: int) -> list
     """One file, or shards of at most `max_shard_bytes` each (a bigger tensor alone) and an index.
 
     Tensors stored as they are written go in the order of their bytes in the checkpoint
-    (the rest after them, largest element size first): where the checkpoint holds just these tensors, back to back,
-    a file's data section is the checkpoint's and is copied in one piece."""
+    (the rest after them, largest element size first): where the checkpoint holds just
+    these tensors, back to back, a file's data section is the checkpoint's and is copied
+    in one piece, its header padded to put the data at the checkpoint's offset within a
+    page (`page_phase`)."""
     from linnet.weights.safetensors import NUMPY_DTYPES, save_safetensors_streamed
 
     def position(spec: Spec) -> tuple[int, str, int, int, str]:
@@ -215,7 +217,9 @@ def _write_weights(folder: Path, plan: WeightPlan, max_shard_bytes: int) -> list
         files = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     _remove_stale(folder, set(files))
     for file, shard in zip(files, shards, strict=True):
-        save_safetensors_streamed(folder / file, shard, plan.load, metadata, keep_order=True)
+        save_safetensors_streamed(
+            folder / file, shard, plan.load, metadata, keep_order=True, page_phase=True
+        )
     if len(files) > 1:
         weight_map = {
             name: file for file, shard in zip(files, shards, strict=True) for name, *_ in shard

@@ -431,6 +431,7 @@ def save_safetensors_streamed(
     metadata: Mapping[str, str] | None = None,
     *,
     keep_order: bool = False,
+    page_phase: bool = False,
 ) -> int:
     """Write `(name, linnet dtype, shape)` tensors to `path`, reading each with `load(name)`
     only when its bytes are due, so a checkpoint larger than memory streams through.
@@ -441,7 +442,11 @@ def save_safetensors_streamed(
     dtypes and shapes, and each loaded array must match them. Arrays that are a
     SafeTensors file's mapping (`file_range`) are copied from that file by the kernel
     (`FileCopier`), tensors lying back to back in one file with one copy (a whole data
-    section, when the order is the file's); others are written from memory. Atomic
+    section, when the order is the file's); others are written from memory. With
+    `page_phase`, the header is padded with spaces (as the format allows) so that the
+    first tensor's bytes lie at the same offset within a page as in the file it is
+    copied from: the kernel then copies whole pages, where a shifted copy splits each
+    page over two (measured: about a fifth more CPU for 4.4 GB). Atomic
     (`linnet.atomic`); returns the data bytes written.
     """
     target = Path(path)
@@ -459,13 +464,18 @@ def save_safetensors_streamed(
         }
         offset += size
     encoded = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    encoded += b" " * (-(8 + len(encoded)) % 8)
+    first = load(order[0][0]) if page_phase and order else None
+    phase = None if first is None else file_range(np.asarray(first))
+    if phase is not None and phase[1] % 8 == 0:
+        encoded += b" " * ((phase[1] - 8 - len(encoded)) % mmap.PAGESIZE)
+    else:
+        encoded += b" " * (-(8 + len(encoded)) % 8)
     with atomic_write(target, durable=False) as handle, FileCopier(handle) as copier:
         handle.write(len(encoded).to_bytes(8, "little"))
         handle.write(encoded)
         run = _Run(handle, copier)
-        for name, dtype, shape in order:
-            loaded = load(name)
+        for index, (name, dtype, shape) in enumerate(order):
+            loaded = first if index == 0 and first is not None else load(name)
             array = np.asarray(loaded)
             want = NUMPY_DTYPES[dtype].newbyteorder("<")
             if tuple(array.shape) != tuple(shape) or array.dtype.newbyteorder("<") != want:
