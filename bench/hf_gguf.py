@@ -28,8 +28,9 @@ and reused). Then, each in a process of its own so that time and peak memory
 `--llama-cpp` defaults to `$LINNET_LLAMA_CPP_CONVERTER` (as the slow tests read it).
 The machine's load average is printed before and after and with each round:
 timings on a shared machine are noisy, so compare the alternating rounds (who goes
-first alternates too; before each measurement dirty pages are synced and the source
-file is read once, so each starts from the same page cache), not single figures;
+first alternates too; before each measurement dirty pages are synced, and the source
+file is read once just before the clock starts, so each starts from the same page
+cache), not single figures;
 with `--repeat` above 1 the medians and the fastest of each side are printed too.
 
     .venv/bin/python bench/hf_gguf.py [--layers N] [--small] [--keep DIR] [--llama-cpp DIR]
@@ -132,6 +133,13 @@ def child(kind: str, folder: Path, out: Path, sizes: dict[str, int], llama_cpp: 
         import linnet.pipeline
         import linnet.syntax.parser
         import linnet.weights
+    # The source read once, after the imports and just before the clock starts, so that
+    # each row starts with it in the page cache (where memory allows), not whichever
+    # row comes after other work on the machine evicted it
+    chunk = bytearray(1 << 24)
+    with (folder / "model.safetensors").open("rb", buffering=0) as source:
+        while source.readinto(chunk):
+            pass
     before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     who = resource.RUSAGE_SELF
@@ -303,7 +311,6 @@ def load_average() -> str:
 
 
 def measure(kind: str, folder: Path, sizes: dict[str, int], args: argparse.Namespace) -> Any:
-    chunk = bytearray(1 << 24)
     with tempfile.TemporaryDirectory(dir=folder.parent) as scratch:
         command = [
             sys.executable, __file__, "--child", kind, "--keep", str(folder.parent),
@@ -316,11 +323,6 @@ def measure(kind: str, folder: Path, sizes: dict[str, int], args: argparse.Names
         # The previous row's gigabytes of dirty pages written back first: otherwise the
         # kernel throttles whichever row comes next, and rows alternate who pays.
         os.sync()
-        # and the source read once, so that each row starts with it in the page cache
-        # (where memory allows) rather than whichever row comes after an eviction
-        with (folder / "model.safetensors").open("rb", buffering=0) as source:
-            while source.readinto(chunk):
-                pass
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             return {"seconds": float("nan"), "cpu": float("nan"), "peak": 0,
