@@ -26,8 +26,12 @@ and reused). Then, each in a process of its own so that time and peak memory
   tokens. Needs `llama_cpp` importable and the converter.
 
 `--llama-cpp` defaults to `$LINNET_LLAMA_CPP_CONVERTER` (as the slow tests read it).
-The machine's load average is printed before and after: timings on a shared
-machine are noisy, so compare the alternating rounds, not single figures.
+The machine's load average is printed before and after and with each round:
+timings on a shared machine are noisy, so compare the alternating rounds (who goes
+first alternates too; before each measurement dirty pages are synced, and the source
+file is read once just before the clock starts, so each starts from the same page
+cache), not single figures;
+with `--repeat` above 1 the medians and the fastest of each side are printed too.
 
     .venv/bin/python bench/hf_gguf.py [--layers N] [--small] [--keep DIR] [--llama-cpp DIR]
                                       [--only hf|gguf|gguf-T|convert|decode ...] [--no-peer]
@@ -117,22 +121,38 @@ def child(kind: str, folder: Path, out: Path, sizes: dict[str, int], llama_cpp: 
     if kind == "hf":
         # Imported before the clock starts, with the modules export imports when it runs
         # (checker, binder, ...): the file copy it is compared with pays no import either
-        # (the gguf rows include theirs, as the converter's process does).
+        # (the gguf rows include theirs, as the converter's process does). The lexer and
+        # parser too: without them the clock counted their import (compiled from source,
+        # 0.05-0.1 s, where PYTHONDONTWRITEBYTECODE is set) as source checking.
         import linnet.check.checker
         import linnet.check.modules
+        import linnet.check.prelude
         import linnet.gguf
         import linnet.hf
         import linnet.ir.bind
         import linnet.pipeline
+        import linnet.syntax.parser
         import linnet.weights
+    # The source read once, after the imports and just before the clock starts, so that
+    # each row starts with it in the page cache (where memory allows), not whichever
+    # row comes after other work on the machine evicted it
+    chunk = bytearray(1 << 24)
+    with (folder / "model.safetensors").open("rb", buffering=0) as source:
+        while source.readinto(chunk):
+            pass
+    before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     who = resource.RUSAGE_SELF
     if kind == "copy":
         shutil.copyfile(folder / "model.safetensors", out / "model.safetensors")
     elif kind == "hf":
+        spans = _kernel_copies()
         linnet.hf.export(
             SOURCE, out, generics=generics(sizes), weights=folder / "model.safetensors"
         )
+        inside = sum(spans)
+        outside = time.perf_counter() - start - inside
+        note = f"{len(spans)} kernel copies, {inside:.2f} s; {outside:.2f} s outside them"
     elif kind.startswith("gguf-"):
         import linnet.gguf
 
@@ -166,7 +186,27 @@ def child(kind: str, folder: Path, out: Path, sizes: dict[str, int], llama_cpp: 
     seconds = time.perf_counter() - start
     usage = resource.getrusage(who)
     cpu = usage.ru_utime + usage.ru_stime
+    if who == resource.RUSAGE_SELF:  # the timed part's, not the imports before it
+        cpu -= before.ru_utime + before.ru_stime
     print(json.dumps({"seconds": seconds, "cpu": cpu, "peak": peak_bytes(who), "note": note}))
+
+
+def _kernel_copies() -> list[float]:
+    """The seconds of each `os.copy_file_range` call from now on in this process: what an
+    export spends outside them (checking, binding, headers, Python per tensor) is its cost
+    over the file copy, a figure the machine's I/O load sways far less than the total."""
+    spans: list[float] = []
+    copy = os.copy_file_range
+
+    def timed(*args: Any) -> int:
+        begin = time.perf_counter()
+        try:
+            return copy(*args)
+        finally:
+            spans.append(time.perf_counter() - begin)
+
+    os.copy_file_range = timed
+    return spans
 
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
@@ -350,19 +390,30 @@ def main() -> None:
         for t in GGUF_TYPES
         if f"gguf-{t}" in only or ("gguf" in only and t != "bf16")
     ]
-    # cpu: user + system seconds of the process (the peer's: of its converter), which a
-    # machine shared with other work inflates far less than the wall-clock seconds
+    # cpu: user + system seconds of the timed part (the peer's: of its converter process),
+    # which a machine shared with other work inflates far less than the wall-clock seconds
     if rows:
         print(f"{'ours':<16}{'s':>8}{'cpu s':>7}{'peak GB':>9}  {'peer':<24}{'s':>8}{'cpu s':>7}"
               f"{'peak GB':>9}{'ratio':>7}")  # fmt: skip
-    for label, kind, peer_label, peer_kind in [row for row in rows for _ in range(args.repeat)]:
-        ours = measure(kind, folder, sizes, args)
-        if peer_kind == "copy" or (peer_ok and not args.no_peer):
+    seconds: dict[str, list[float]] = {}
+    for index, (label, kind, peer_label, peer_kind) in enumerate(
+        row for row in rows for _ in range(args.repeat)
+    ):
+        has_peer = peer_kind == "copy" or (peer_ok and not args.no_peer)
+        # who goes first alternates round by round: the first of the two may find the
+        # source's pages evicted (by other work on the machine) and pay for reading them
+        peer_first = has_peer and index % args.repeat % 2 == 1
+        if peer_first:
             theirs = measure(peer_kind, folder, sizes, args)
-        else:
+        ours = measure(kind, folder, sizes, args)
+        if has_peer and not peer_first:
+            theirs = measure(peer_kind, folder, sizes, args)
+        elif not has_peer:
             why = "no --llama-cpp" if not args.llama_cpp else "no tokenizer.model (sentencepiece)"
             why = "--no-peer" if args.no_peer else why
             theirs = {"seconds": float("nan"), "cpu": float("nan"), "peak": 0, "note": why}
+        seconds.setdefault(label, []).append(ours["seconds"])
+        seconds.setdefault(peer_label, []).append(theirs["seconds"])
         ratio = (
             ours["seconds"] / theirs["seconds"]
             if theirs["seconds"] == theirs["seconds"]
@@ -371,10 +422,20 @@ def main() -> None:
         print(
             f"{label:<16}{ours['seconds']:>8.2f}{ours['cpu']:>7.1f}{ours['peak'] / 1e9:>9.2f}  "
             f"{peer_label:<24}{theirs['seconds']:>8.2f}{theirs['cpu']:>7.1f}"
-            f"{theirs['peak'] / 1e9:>9.2f}{ratio:>7.2f}"
+            f"{theirs['peak'] / 1e9:>9.2f}{ratio:>7.2f}  load {os.getloadavg()[0]:.2f}"
+            + (" (peer first)" if peer_first else "")
             + (f"  ({theirs['note']})" if theirs.get("note") else "")
             + (f"  [ours: {ours['note']}]" if ours.get("note") else "")
         )
+    for label, _, peer_label, _ in rows:
+        mine, peers = seconds[label], [v for v in seconds[peer_label] if v == v]
+        if args.repeat > 1 and peers:
+            print(
+                f"{label}: median {statistics.median(mine):.2f} s, fastest {min(mine):.2f} s; "
+                f"{peer_label}: median {statistics.median(peers):.2f} s, fastest "
+                f"{min(peers):.2f} s; fastest / fastest {min(mine) / min(peers):.2f}, "
+                f"median / median {statistics.median(mine) / statistics.median(peers):.2f}"
+            )
     if "convert" in only:
         card = measure("convert", folder, sizes, args)
         print(f"{'convert':<16}{card['seconds']:>8.2f}{card['peak'] / 1e9:>9.2f}  ({card['note']})")

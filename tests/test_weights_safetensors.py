@@ -340,7 +340,8 @@ def test_streamed_tensors_of_a_mapped_file_are_copied_file_to_file(
 
     monkeypatch.setattr(os, "copy_file_range", counted)
     _streamed_copy(tmp_path / "source.safetensors", tmp_path / "copied.safetensors")
-    assert sum(calls) == sum(t.nbytes for t in tensors.values())
+    # the tensors lie back to back in the source, in this order: one copy of the data section
+    assert calls == [sum(t.nbytes for t in tensors.values())]
 
     def refused(*args: int) -> int:
         raise OSError(18, "Invalid cross-device link")
@@ -353,6 +354,43 @@ def test_streamed_tensors_of_a_mapped_file_are_copied_file_to_file(
     read = read_safetensors(tmp_path / "copied.safetensors")
     for name, value in tensors.items():
         np.testing.assert_array_equal(read[name], value)
+
+
+def test_runs_of_adjacent_tensors_are_copied_whole_and_the_rest_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tensor left out, one from memory and a kept order split the copies into runs of
+    tensors adjacent in the source; the file equals the one written all from memory."""
+    if not hasattr(os, "copy_file_range"):
+        pytest.skip("no os.copy_file_range on this platform")
+    from linnet.weights.safetensors import save_safetensors_streamed
+
+    rng = np.random.default_rng(5)
+    tensors = {f"t{i}": rng.standard_normal((3, 5 + i)).astype(np.float32) for i in range(6)}
+    save_safetensors(tensors, tmp_path / "source.safetensors")
+    file = SafeTensorsFile(tmp_path / "source.safetensors")
+    mapped = {name: file.load(name) for name in ("t0", "t1", "t3", "t4")}
+    arrays = {**mapped, "extra": np.arange(7, dtype=np.float32)}
+    items = [(n, "f32", a.shape) for n, a in arrays.items()]
+    calls: list[int] = []
+    real = os.copy_file_range
+
+    def counted(*args: int) -> int:
+        calls.append(args[2])
+        return real(*args)
+
+    monkeypatch.setattr(os, "copy_file_range", counted)
+    out = tmp_path / "runs.safetensors"
+    save_safetensors_streamed(out, items, arrays.__getitem__, keep_order=True)
+    pairs = [("t0", "t1"), ("t3", "t4")]
+    assert calls == [mapped[a].nbytes + mapped[b].nbytes for a, b in pairs]
+    memory = tmp_path / "memory.safetensors"
+    save_safetensors_streamed(memory, items, lambda n: np.array(arrays[n]), keep_order=True)
+    assert out.read_bytes() == memory.read_bytes()
+    assert list(read_safetensors(out)) == list(arrays)  # the order given
+    default = tmp_path / "default.safetensors"
+    save_safetensors_streamed(default, items, arrays.__getitem__)
+    assert list(read_safetensors(default)) == sorted(arrays)  # save_safetensors' order
 
 
 def test_a_partial_copy_is_undone_before_the_bytes_are_written(

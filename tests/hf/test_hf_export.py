@@ -132,6 +132,61 @@ def test_llama3_rope_scaling_and_weights_from_a_file(tmp_path: Path) -> None:
     assert_close(fs.linnet_logits(module, tokens), fs.hf_logits(reference, tokens), 1e-5)
 
 
+def test_weights_from_a_file_are_copied_whole_in_its_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint holding just the exported tensors, in an order of its own: the folder's
+    tensors follow it and its data section is the checkpoint's, copied with one kernel
+    call (or written from memory where the kernel refuses, the same bytes); tensor by
+    tensor, the file equals the one written from memory in the usual order."""
+    import mmap
+    import os
+
+    from linnet.weights.safetensors import SafeTensorsFile, save_safetensors_streamed
+
+    if not hasattr(os, "copy_file_range"):
+        pytest.skip("no os.copy_file_range on this platform")
+    weights = fs.linnet_weights("llama", seed=9)
+    reverse = [(n, "f32", weights[n].shape) for n in sorted(weights, reverse=True)]
+    source = tmp_path / "in.safetensors"
+    save_safetensors_streamed(source, reverse, weights.__getitem__, keep_order=True)
+    calls: list[int] = []
+    real = os.copy_file_range
+
+    def counted(*args: int) -> int:
+        calls.append(args[2])
+        return real(*args)
+
+    def refused(*args: int) -> int:
+        raise OSError(18, "Invalid cross-device link")
+
+    def export(out: Path, weights: Any) -> Path:
+        linnet.hf.export(fs.source("llama"), out, generics=fs.generics("llama"), weights=weights)
+        return out / "model.safetensors"
+
+    monkeypatch.setattr(os, "copy_file_range", counted)
+    copied = export(tmp_path / "copied", source)
+    monkeypatch.setattr(os, "copy_file_range", refused)
+    written = export(tmp_path / "written", source)
+    memory = export(tmp_path / "memory", weights)
+    checkpoint, out = SafeTensorsFile(source), SafeTensorsFile(copied)
+    data = checkpoint.path.read_bytes()[checkpoint.data_start :]
+    assert calls == [len(data)]
+    assert copied.read_bytes()[out.data_start :] == data
+    # the header padded so that the kernel copies whole pages
+    assert out.data_start % mmap.PAGESIZE == checkpoint.data_start % mmap.PAGESIZE
+    assert list(out.tensors) == [name for name, *_ in reverse]
+    assert written.read_bytes() == copied.read_bytes()
+    stored, usual = read_safetensors(copied), read_safetensors(memory)
+    assert list(usual) == sorted(weights)
+    assert set(stored) == set(usual)
+    assert all(np.array_equal(stored[n], usual[n]) for n in usual)
+    assert all(stored[n].dtype == usual[n].dtype for n in usual)
+    reference = transformers.AutoModelForCausalLM.from_pretrained(copied.parent).eval()
+    state = reference.state_dict()
+    assert all(torch.equal(state[n], torch.from_numpy(np.array(usual[n]))) for n in usual)
+
+
 def test_tokenizer_files_are_copied_with_their_special_ids(tmp_path: Path) -> None:
     tok = tmp_path / "tok"
     tok.mkdir()

@@ -15,7 +15,10 @@ never all in memory, and every file goes through `linnet.atomic`; a model whose
 linears are `std.quant`'s `Int4GroupLinear` is written in the GPTQ format with
 its `quantization_config` (`linnet.hf.gptq`); a tensor stored
 as it is written (same dtype, same bytes) is copied file to file by the kernel
-(`save_safetensors_streamed`), so an export costs about a file copy.
+(`save_safetensors_streamed`), and such tensors keep the checkpoint's order, so
+that those adjacent there go in one copy: a checkpoint holding just the exported
+tensors (the bindings only rename) has its whole data section copied at once,
+and an export costs about a file copy.
 The tokenizer files are copied as they are, except a `tokenizer_config.json`
 naming transformers 5's `TokenizersBackend`, which 4.x lacks: it gets the name
 both lines know, `PreTrainedTokenizerFast` (5's alias of the same class).
@@ -26,7 +29,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +38,7 @@ import numpy as np
 from linnet.atomic import atomic_write, write_bytes
 from linnet.errors import LinnetError
 from linnet.hf.families import LONGROPE_PATH, Family, longrope_config, recognise
-from linnet.hf.gptq import Spec, plan_weights
+from linnet.hf.gptq import Spec, WeightPlan, plan_weights
 from linnet.records import record
 
 MAX_SHARD_BYTES = 5_000_000_000  # transformers' default `max_shard_size="5GB"`
@@ -105,7 +108,7 @@ def export(
         config.update(longrope_config(values, np.asarray(factors)))
     _write_json(folder / "config.json", config)
     _write_json(folder / "generation_config.json", {"_from_model_config": True, **tokens})
-    files = _write_weights(folder, plan.specs, plan.load, max_shard_bytes)
+    files = _write_weights(folder, plan, max_shard_bytes)
     if tokenizer is not None:
         _copy_tokenizer(Path(tokenizer), folder)
     return Exported(folder, family.name, tuple(files), tied, len(plan.specs))
@@ -179,12 +182,23 @@ def _write_json(path: Path, value: object) -> None:
     write_bytes(path, (json.dumps(value, indent=2) + "\n").encode("utf-8"))
 
 
-def _write_weights(
-    folder: Path, specs: list[Spec], load: Callable[[str], np.ndarray], max_shard_bytes: int
-) -> list[str]:
-    """One file, or shards of at most `max_shard_bytes` each (a bigger tensor alone) and an index."""
+def _write_weights(folder: Path, plan: WeightPlan, max_shard_bytes: int) -> list[str]:
+    """One file, or shards of at most `max_shard_bytes` each (a bigger tensor alone) and an index.
+
+    Tensors stored as they are written go in the order of their bytes in the checkpoint
+    (the rest after them, largest element size first): where the checkpoint holds just
+    these tensors, back to back, a file's data section is the checkpoint's and is copied
+    in one piece, its header padded to put the data at the checkpoint's offset within a
+    page (`page_phase`)."""
     from linnet.weights.safetensors import NUMPY_DTYPES, save_safetensors_streamed
 
+    def position(spec: Spec) -> tuple[int, str, int, int, str]:
+        place = plan.stored(spec[0])
+        if place is not None:
+            return (0, str(place[0]), place[1], 0, "")
+        return (1, "", 0, -NUMPY_DTYPES[spec[1]].itemsize, spec[0])  # save_safetensors' order
+
+    specs = sorted(plan.specs, key=position)
     shards: list[list[Spec]] = [[]]
     size = 0
     total = 0
@@ -203,7 +217,9 @@ def _write_weights(
         files = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     _remove_stale(folder, set(files))
     for file, shard in zip(files, shards, strict=True):
-        save_safetensors_streamed(folder / file, shard, load, metadata)
+        save_safetensors_streamed(
+            folder / file, shard, plan.load, metadata, keep_order=True, page_phase=True
+        )
     if len(files) > 1:
         weight_map = {
             name: file for file, shard in zip(files, shards, strict=True) for name, *_ in shard

@@ -30,6 +30,7 @@ expect it quantised too), group sizes that differ.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,7 @@ import numpy as np
 from linnet.errors import LinnetError
 from linnet.quant.gptq_awq import gptq_words
 from linnet.records import record
-from linnet.weights.safetensors import NUMPY_DTYPES, linnet_dtype_of
+from linnet.weights.safetensors import NUMPY_DTYPES, file_range, linnet_dtype_of
 
 Array = np.ndarray[Any, Any]
 Spec = tuple[str, str, tuple[int, ...]]
@@ -47,12 +48,15 @@ LAYERS = {"gpt2": "transformer.h."}
 
 @record(frozen=True)
 class WeightPlan:
-    """The tensors to write (`(name, linnet dtype, shape)`), a loader by name, and the
-    `quantization_config` (None for a float model)."""
+    """The tensors to write (`(name, linnet dtype, shape)`), a loader by name, the
+    `quantization_config` (None for a float model), and where a tensor written as it is
+    stored lies in a SafeTensors file (`stored(name)`: file and byte offset, None for one
+    computed here or held in memory), known before anything is loaded."""
 
     specs: list[Spec]
     load: Callable[[str], Array]
     quantization: dict[str, object] | None
+    stored: Callable[[str], tuple[Path, int] | None]
 
 
 def plan_weights(
@@ -66,7 +70,7 @@ def plan_weights(
     linears = {p: q for p, q in find_quantised(arrays).items() if p in names}
     if not linears:
         plain = [(n, linnet_dtype_of(arrays[n]), tuple(arrays[n].shape)) for n in names]
-        return WeightPlan(plain, lambda n: arrays[n], None)
+        return WeightPlan(plain, lambda n: arrays[n], None, lambda n: file_range(arrays[n]))
     layers = LAYERS.get(family, "model.layers.")
     for path, linear in linears.items():
         if linear.kind != "int4_groups" and path.startswith(layers):
@@ -161,7 +165,12 @@ def plan_weights(
             "true_sequential": True,
             "damp_percent": 0.01,
         }
-    return WeightPlan(specs, load, quantization)
+
+    def stored(name: str) -> tuple[Path, int] | None:
+        unchanged = name in arrays and name not in owner and name not in linears
+        return file_range(arrays[name]) if unchanged else None
+
+    return WeightPlan(specs, load, quantization, stored)
 
 
 _BLOCKS = {"int8": "Int8Linear", "fp8": "Fp8Linear", "mxfp4": "Mxfp4Linear"}

@@ -429,21 +429,31 @@ def save_safetensors_streamed(
     tensors: Sequence[tuple[str, str, tuple[int, ...]]],
     load: Callable[[str], np.ndarray],
     metadata: Mapping[str, str] | None = None,
+    *,
+    keep_order: bool = False,
+    page_phase: bool = False,
 ) -> int:
     """Write `(name, linnet dtype, shape)` tensors to `path`, reading each with `load(name)`
     only when its bytes are due, so a checkpoint larger than memory streams through.
 
-    The layout is `save_safetensors`'s (largest element size first, then by name);
-    the header is built from the declared dtypes and shapes, and each loaded
-    array must match them. An array that is a SafeTensors file's mapping (`file_range`)
-    is copied from that file by the kernel (`FileCopier`), others are written from
-    memory. Atomic (`linnet.atomic`); returns the data bytes written.
+    The layout is `save_safetensors`'s (largest element size first, then by name),
+    or with `keep_order` the order given, where that keeps every tensor aligned to its
+    element size (else the usual layout); the header is built from the declared
+    dtypes and shapes, and each loaded array must match them. Arrays that are a
+    SafeTensors file's mapping (`file_range`) are copied from that file by the kernel
+    (`FileCopier`), tensors lying back to back in one file with one copy (a whole data
+    section, when the order is the file's); others are written from memory. With
+    `page_phase`, the header is padded with spaces (as the format allows) so that the
+    first tensor's bytes lie at the same offset within a page as in the file it is
+    copied from: the kernel then copies whole pages, where a shifted copy splits each
+    page over two (measured: about a fifth more CPU for 4.4 GB). Atomic
+    (`linnet.atomic`); returns the data bytes written.
     """
     target = Path(path)
     header: dict[str, object] = {}
     if metadata:
         header[METADATA_KEY] = dict(metadata)
-    order = sorted(tensors, key=lambda t: (-NUMPY_DTYPES[t[1]].itemsize, t[0]))
+    order = _layout(tensors, keep_order)
     offset = 0
     for name, dtype, shape in order:
         size = int(np.prod(shape, dtype=np.int64)) * NUMPY_DTYPES[dtype].itemsize
@@ -454,12 +464,18 @@ def save_safetensors_streamed(
         }
         offset += size
     encoded = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    encoded += b" " * (-(8 + len(encoded)) % 8)
+    first = load(order[0][0]) if page_phase and order else None
+    phase = None if first is None else file_range(np.asarray(first))
+    if phase is not None and phase[1] % 8 == 0:
+        encoded += b" " * ((phase[1] - 8 - len(encoded)) % mmap.PAGESIZE)
+    else:
+        encoded += b" " * (-(8 + len(encoded)) % 8)
     with atomic_write(target, durable=False) as handle, FileCopier(handle) as copier:
         handle.write(len(encoded).to_bytes(8, "little"))
         handle.write(encoded)
-        for name, dtype, shape in order:
-            loaded = load(name)
+        run = _Run(handle, copier)
+        for index, (name, dtype, shape) in enumerate(order):
+            loaded = first if index == 0 and first is not None else load(name)
             array = np.asarray(loaded)
             want = NUMPY_DTYPES[dtype].newbyteorder("<")
             if tuple(array.shape) != tuple(shape) or array.dtype.newbyteorder("<") != want:
@@ -467,13 +483,72 @@ def save_safetensors_streamed(
                     f"{target}: tensor `{name}` is {array.dtype} {list(array.shape)}, "
                     f"declared {dtype} {list(shape)}"
                 )
-            origin = file_range(array)
-            if origin is None or not copier.copy(origin[0], origin[1], array.nbytes):
+            if array.size == 0:
+                continue
+            origin = file_range(array) if copier.usable else None
+            if origin is not None and run.extend(origin[0], origin[1], array):
+                continue
+            run.flush()
+            if origin is not None:
+                run.start(origin[0], origin[1], array)
+            else:
                 array = np.asarray(array, dtype=want, order="C")
-                if array.size:
-                    handle.write(array.reshape(-1).view(np.uint8).data)
-            release_mapped(loaded)
+                handle.write(array.reshape(-1).view(np.uint8).data)
+                release_mapped(loaded)
+        run.flush()
     return offset
+
+
+def _layout(
+    tensors: Sequence[tuple[str, str, tuple[int, ...]]], keep_order: bool
+) -> list[tuple[str, str, tuple[int, ...]]]:
+    """The order of the tensors in the file: as given (`keep_order`) when each then starts
+    at a multiple of its element size, else largest element size first, then by name."""
+    if keep_order:
+        offset = 0
+        for _, dtype, shape in tensors:
+            itemsize = NUMPY_DTYPES[dtype].itemsize
+            if offset % itemsize:
+                break
+            offset += int(np.prod(shape, dtype=np.int64)) * itemsize
+        else:
+            return list(tensors)
+    return sorted(tensors, key=lambda t: (-NUMPY_DTYPES[t[1]].itemsize, t[0]))
+
+
+class _Run:
+    """Arrays whose bytes lie back to back in one file, due next in the output: copied
+    with one `FileCopier.copy` when the run ends, or written from memory where the
+    kernel refuses."""
+
+    def __init__(self, out: BinaryIO, copier: FileCopier) -> None:
+        self.out = out
+        self.copier = copier
+        self.arrays: list[np.ndarray] = []
+        self.path = Path()
+        self.begin = self.end = 0
+
+    def start(self, path: Path, offset: int, array: np.ndarray) -> None:
+        self.path, self.begin, self.end = path, offset, offset + array.nbytes
+        self.arrays = [array]
+
+    def extend(self, path: Path, offset: int, array: np.ndarray) -> bool:
+        """Add `array` if its bytes follow the run's in the same file."""
+        if not self.arrays or path != self.path or offset != self.end:
+            return False
+        self.arrays.append(array)
+        self.end += array.nbytes
+        return True
+
+    def flush(self) -> None:
+        if not self.arrays:
+            return
+        if not self.copier.copy(self.path, self.begin, self.end - self.begin):
+            for array in self.arrays:
+                self.out.write(array.reshape(-1).view(np.uint8).data)
+        for array in self.arrays:
+            release_mapped(array)
+        self.arrays = []
 
 
 class FileCopier:
