@@ -88,6 +88,15 @@ def test_greedy_completions_equal_generate_with_rows_reused(family: str, backend
     assert stats.completed == 6 and stats.generated_tokens == 60
     assert stats.prefill_calls >= 2  # six requests through four rows: admitted in waves
     assert stats.busy_rows <= stats.decode_calls * ROWS
+    if backend == "onnx":  # only the full-batch decode pre-packs, within its share (OnnxDecoder)
+        model = engine.decoder.model
+        packed = [s for s in model.sessions if s.constant_paths]
+        assert [(s.entry, s.contract.result_types[0].shape[0]) for s in packed] == [
+            ("decode_slots", ROWS)
+        ]
+        assert packed[0].runs > 0
+        size = sum(model.weights[p].numpy().nbytes for p in packed[0].constant_paths)
+        assert 0 < size <= engine.decoder.prepack < model.weight_bytes
 
 
 def test_onnx_engine_greedy_and_seeded_equal_torch(llama: decoder_cases.Decoder) -> None:

@@ -42,6 +42,16 @@ ENTRIES = ("prefill_slots", "decode_rows")
 SLOTTED = "decode_slots"
 LONGROPE_FACTORS = "rope_factors"
 LONGROPE_SWITCH = "RopeOriginalMaxSeq"
+PREPACK_SHARE = 0.3
+"""How much of an ONNX Runtime model's weight bytes its full-batch decode session may hold
+again, pre-packed (`OnnxDecoder`): the server's memory grows by at most this share.
+
+Chosen for memory: the issue's bound is about 1.3x the other servers' peak
+(`bench/serve.py --shape tinyllama --clients 1,8 --servers onnx`: 4.26-4.45 GiB
+unpacked, 5.71 GiB with 0.3, under transformers serve's 4.62 x 1.3). All of the
+weights (1.0) would double the weights' memory (7.9 GiB peak measured for one
+process decoding TinyLlama's shape), and on a machine short of memory push the
+shared copy's pages out, slowing every other call."""
 
 
 class Decoder(Protocol):
@@ -242,12 +252,29 @@ class _EntryDecoder:
 
 
 class OnnxDecoder(_EntryDecoder):
-    """A `linnet.onnx.load_model` model."""
+    """A `linnet.onnx.load_model` model.
+
+    The decode session of a full batch (every cache row, `rows` > 1) pre-packs the
+    weights of its matrix products up to `PREPACK_SHARE` of the model's weight bytes
+    (`linnet.onnx.runtime.prepack`): on the CPU, ONNX Runtime packs a weight that is
+    a graph input on every call, which at several rows costs about as much as the
+    product itself; pre-packed, that session holds its own copy of those weights.
+    The other decode sizes and the prefills keep the one shared copy, and a single
+    row keeps the unpacked matrix-vector path, which is as fast at one row.
+    """
 
     def __init__(self, model: Any, rows: int | None, max_seq: int | None) -> None:
         super().__init__(model, rows, max_seq)
         names = ", ".join(p if isinstance(p, str) else p[0] for p in model.providers)
         self.description = f"ONNX Runtime ({names})"
+        self.prepack = int(PREPACK_SHARE * model.weight_bytes) if self.rows > 1 else 0
+
+    def decode(self, tokens: Array, positions: Array) -> Any:
+        return self.model.run_entry("decode_rows", [tokens, positions], prepack=self.prepack)
+
+    def decode_slots(self, tokens: Array, slots: Array, positions: Array) -> Any:
+        packed = self.prepack if len(tokens) == self.rows else 0
+        return self.model.run_entry(SLOTTED, [tokens, slots, positions], prepack=packed)
 
     def load_weights(self, weights: Any, bindings: Any = None) -> None:
         """Bind `weights` like `linnet.onnx.load_model` and copy them into the bound weights."""
