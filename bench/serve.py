@@ -43,7 +43,7 @@ a server that fails to start or answer is reported with the reason.
     .venv/bin/python bench/serve.py [--shape small|tinyllama] [--clients 1,8,32]
         [--new-tokens 64] [--prompt-tokens 16] [--threads N]
         [--servers onnx,torch,transformers,llamacpp] [--llamacpp-path DIRS] [--peer-cb]
-        [--keep DIR [--reuse]]
+        [--keep DIR [--reuse]] [--prepack SHARE]
 """
 
 from __future__ import annotations
@@ -390,6 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--llamacpp-path", default=os.environ.get("LLAMACPP_PYTHONPATH", ""),
                         help="PYTHONPATH entries for llama_cpp.server's process (the "
                              "llama-cpp-python package and the server's dependencies)")  # fmt: skip
+    parser.add_argument("--prepack", help="`linnet serve --prepack SHARE` for the onnx server")
     parser.add_argument("--start-limit", type=float, default=240.0)
     parser.add_argument("--keep", type=Path, help="keep the folder, card and logs here")
     parser.add_argument("--reuse", action="store_true",
@@ -448,7 +449,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     servers["transformers serve --cb"] = Server(
                         [*transformers_cli, "--continuous-batching"], str(folder))  # fmt: skip
             elif kind in ("onnx", "torch"):
-                servers[f"linnet serve ({kind})"] = Server([*linnet, "--backend", kind], "bench")
+                extra = ["--prepack", args.prepack] if kind == "onnx" and args.prepack else []
+                servers[f"linnet serve ({kind})"] = Server([*linnet, "--backend", kind, *extra],
+                                                           "bench")  # fmt: skip
             else:
                 servers["llama.cpp server"] = Server(llamacpp, "bench", health="/v1/models",
                                                      llama_text=True,

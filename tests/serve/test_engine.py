@@ -99,6 +99,23 @@ def test_greedy_completions_equal_generate_with_rows_reused(family: str, backend
         assert 0 < size <= engine.decoder.prepack < model.weight_bytes
 
 
+def test_prepack_is_a_checked_share_of_an_onnx_models_weights(
+    llama: decoder_cases.Decoder,
+) -> None:
+    model = load_model(llama.source, generics=llama.generics(ROWS, MAX_SEQ), weights=llama.weights)
+    with pytest.raises(LinnetError, match="from 0 to 1"):
+        Engine(model, prepack=1.5)
+    prompts = decoder_cases.prompts(llama.vocab, LENGTHS[:ROWS], seed=8)
+    completions, _ = Engine(model, prepack=0).run(
+        [Request(p, max_new_tokens=4, temperature=0) for p in prompts]
+    )
+    assert [c.tokens for c in completions] == [llama.generate(p, 4) for p in prompts]
+    assert not any(s.constant_paths for s in model.sessions)  # 0: nothing pre-packed
+    on_torch = lt.load(llama.source, generics=llama.generics(ROWS, MAX_SEQ), weights=llama.weights)
+    with pytest.raises(LinnetError, match="ONNX Runtime"):
+        Engine(on_torch, prepack=0.5)
+
+
 def test_onnx_engine_greedy_and_seeded_equal_torch(llama: decoder_cases.Decoder) -> None:
     prompts = decoder_cases.prompts(llama.vocab, LENGTHS, seed=4)
     on_torch, on_onnx = torch_engine(llama), onnx_engine(llama)

@@ -118,13 +118,21 @@ def recompute_length(model: BoundModel, present: Set[str]) -> int | None:
     return switch + 1
 
 
-def decoder_for(model: Any, rows: int | None = None, max_seq: int | None = None) -> Decoder:
-    """The `Decoder` of a loaded model (see the module docstring)."""
+def decoder_for(
+    model: Any, rows: int | None = None, max_seq: int | None = None, prepack: float | None = None
+) -> Decoder:
+    """The `Decoder` of a loaded model (see the module docstring); `prepack` is
+    `OnnxDecoder`'s share."""
     kind = type(model).__module__
+    if prepack is not None and not kind.startswith("linnet.onnx"):
+        raise LinnetError(
+            "linnet.serve.Engine: prepack= is the share of weights an ONNX Runtime model's "
+            f"decode pre-packs; this model is a {type(model).__name__} ({kind})"
+        )
+    if kind.startswith("linnet.onnx"):
+        return OnnxDecoder(model, rows, max_seq, prepack)
     if kind.startswith("linnet.torch"):
         return TorchDecoder(model, rows, max_seq)
-    if kind.startswith("linnet.onnx"):
-        return OnnxDecoder(model, rows, max_seq)
     if kind.startswith("linnet.jax"):
         return JaxDecoder(model, rows, max_seq)
     raise LinnetError(
@@ -255,7 +263,8 @@ class OnnxDecoder(_EntryDecoder):
     """A `linnet.onnx.load_model` model.
 
     The decode session of a full batch (every cache row, `rows` > 1) pre-packs the
-    weights of its matrix products up to `PREPACK_SHARE` of the model's weight bytes
+    weights of its matrix products up to `prepack` (default `PREPACK_SHARE`) of the
+    model's weight bytes
     (`linnet.onnx.runtime.prepack`): on the CPU, ONNX Runtime packs a weight that is
     a graph input on every call, which at several rows costs about as much as the
     product itself; pre-packed, that session holds its own copy of those weights.
@@ -263,11 +272,19 @@ class OnnxDecoder(_EntryDecoder):
     row keeps the unpacked matrix-vector path, which is as fast at one row.
     """
 
-    def __init__(self, model: Any, rows: int | None, max_seq: int | None) -> None:
+    def __init__(
+        self, model: Any, rows: int | None, max_seq: int | None, prepack: float | None = None
+    ) -> None:
         super().__init__(model, rows, max_seq)
         names = ", ".join(p if isinstance(p, str) else p[0] for p in model.providers)
         self.description = f"ONNX Runtime ({names})"
-        self.prepack = int(PREPACK_SHARE * model.weight_bytes) if self.rows > 1 else 0
+        share = PREPACK_SHARE if prepack is None else prepack
+        if not 0 <= share <= 1:
+            raise LinnetError(
+                f"linnet.serve.Engine: prepack= is a share of the weights, from 0 to 1, not {share}"
+            )
+        self.prepack = int(share * model.weight_bytes) if self.rows > 1 else 0
+        """The bytes of weights the full-batch decode session pre-packs at most."""
 
     def decode(self, tokens: Array, positions: Array) -> Any:
         return self.model.run_entry("decode_rows", [tokens, positions], prepack=self.prepack)
