@@ -48,10 +48,12 @@ again, pre-packed (`OnnxDecoder`): the server's memory grows by at most this sha
 
 Chosen for memory: the issue's bound is about 1.3x the other servers' peak
 (`bench/serve.py --shape tinyllama --clients 1,8 --servers onnx`: 4.26-4.45 GiB
-unpacked, 5.71 GiB with 0.3, under transformers serve's 4.62 x 1.3). All of the
-weights (1.0) would double the weights' memory (7.9 GiB peak measured for one
-process decoding TinyLlama's shape), and on a machine short of memory push the
-shared copy's pages out, slowing every other call."""
+unpacked, 5.54-5.71 GiB with 0.3, under transformers serve's 4.62 x 1.3). Gain at
+TinyLlama's shape (`bench/onnx_prepack.py`, load 4.4-5.0 on 2 cores, CPU time per
+step, 4 alternated rounds): one row 357 ms; 8 rows 797 ms unpacked (3.6x one row's
+aggregate), 676 ms with 0.3 (4.2x); with 1.0, 426 ms against 783 (6.3x) for a peak
+of 7.9 GiB: every weight held twice, which on a machine short of memory also pushes
+the shared copy's pages out and slows every other call."""
 
 
 class Decoder(Protocol):
