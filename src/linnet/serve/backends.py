@@ -53,7 +53,13 @@ TinyLlama's shape (`bench/onnx_prepack.py`, load 4.4-5.0 on 2 cores, CPU time pe
 step, 4 alternated rounds): one row 357 ms; 8 rows 797 ms unpacked (3.6x one row's
 aggregate), 676 ms with 0.3 (4.2x); with 1.0, 426 ms against 783 (6.3x) for a peak
 of 7.9 GiB: every weight held twice, which on a machine short of memory also pushes
-the shared copy's pages out and slows every other call."""
+the shared copy's pages out and slows every other call. On a quiet machine (load
+0.4-0.7) the same bench gave 5.6 tokens/s at one row, 19.1 at 8 unpacked (3.4x),
+24.3 with 0.3 (4.3x); and `bench/serve.py ... --prepack SHARE` (one stream, then 8;
+load 0.0-1.6, the 8-stream round includes its 8 prefills): 0 gave 5.3 / 18.4 (3.5x,
+4.27 GiB), 0.3 gave 5.7 / 22.3 (3.9x) and 5.5 / 24.3 (4.4x, 5.55 GiB), 0.4 gave
+5.4 / 25.9 (4.8x) and 6.1 / 25.3 (4.1x, 5.90-6.00 GiB), 0.5 5.5 / 28.5 (5.1x,
+6.72 GiB); 1.0 at load 3.5 5.3 / 33.6 (6.3x, 8.32 GiB)."""
 
 
 class Decoder(Protocol):
