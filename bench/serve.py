@@ -43,6 +43,7 @@ a server that fails to start or answer is reported with the reason.
     .venv/bin/python bench/serve.py [--shape small|tinyllama] [--clients 1,8,32]
         [--new-tokens 64] [--prompt-tokens 16] [--threads N]
         [--servers onnx,torch,transformers,llamacpp] [--llamacpp-path DIRS] [--peer-cb]
+        [--keep DIR [--reuse]] [--prepack SHARE]
 """
 
 from __future__ import annotations
@@ -389,8 +390,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--llamacpp-path", default=os.environ.get("LLAMACPP_PYTHONPATH", ""),
                         help="PYTHONPATH entries for llama_cpp.server's process (the "
                              "llama-cpp-python package and the server's dependencies)")  # fmt: skip
+    parser.add_argument("--prepack", help="`linnet serve --prepack SHARE` for the onnx server")
     parser.add_argument("--start-limit", type=float, default=240.0)
     parser.add_argument("--keep", type=Path, help="keep the folder, card and logs here")
+    parser.add_argument("--reuse", action="store_true",
+                        help="with --keep: serve the folder and card an earlier run with "
+                             "the same --shape and lengths kept there, without writing them")  # fmt: skip
     parser.add_argument("--prepare", type=Path, help=argparse.SUPPRESS)  # the child's job
     args = parser.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",")]
@@ -400,6 +405,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(chosen) - {"onnx", "torch", "transformers", "llamacpp"})
     if unknown:
         parser.error(f"unknown server(s) {', '.join(unknown)}")
+    if args.reuse and args.keep is None:
+        parser.error("--reuse needs --keep DIR (the folder to reuse)")
     if args.prepare is not None:
         prepare(args.prepare, args.shape, context, "llamacpp" in chosen)
         return 0
@@ -420,8 +427,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logs.mkdir(parents=True, exist_ok=True)
         # a child writes the weights, so this process never holds them
         forwarded = list(argv if argv is not None else sys.argv[1:])
-        subprocess.run([sys.executable, __file__, *forwarded, "--prepare", str(base)],
-                       check=True, env=env)  # fmt: skip
+        if not (args.reuse and (card / "nest.toml").exists()):
+            subprocess.run([sys.executable, __file__, *forwarded, "--prepare", str(base)],
+                           check=True, env=env)  # fmt: skip
         # its warm-up lowers the prompt widths the rounds use (the whole cache's, at the
         # TinyLlama shape, would cost minutes of prefill nobody measures)
         linnet = [sys.executable, "-m", "linnet", "serve", str(card), "--bind", f"Batch={rows}",
@@ -441,7 +449,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     servers["transformers serve --cb"] = Server(
                         [*transformers_cli, "--continuous-batching"], str(folder))  # fmt: skip
             elif kind in ("onnx", "torch"):
-                servers[f"linnet serve ({kind})"] = Server([*linnet, "--backend", kind], "bench")
+                extra = ["--prepack", args.prepack] if kind == "onnx" and args.prepack else []
+                servers[f"linnet serve ({kind})"] = Server([*linnet, "--backend", kind, *extra],
+                                                           "bench")  # fmt: skip
             else:
                 servers["llama.cpp server"] = Server(llamacpp, "bench", health="/v1/models",
                                                      llama_text=True,

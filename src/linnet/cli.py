@@ -239,7 +239,7 @@ COMMAND_HELP: dict[str, str] = {
     "       linnet serve --source FILE --weights W --tokenizer DIR [--generics FILE.json]\n"
     "                    [--bind G=V]... [--backend torch|onnx|jax] [--device D] [--host HOST]\n"
     "                    [--port PORT] [--api-key KEY] [--name NAME] [--warmup N] [--root BLOCK]\n"
-    "                    [--std DIR]\n\n"
+    "                    [--std DIR] [--prepack SHARE]\n\n"
     "Serve a decoder with `prefill_slots` / `decode_rows` entries behind an OpenAI-compatible\n"
     "HTTP server (completions, chat completions, streaming). It binds 127.0.0.1 unless\n"
     "--host says otherwise; with --api-key (or $LINNET_API_KEY) every /v1 route needs\n"
@@ -249,7 +249,10 @@ COMMAND_HELP: dict[str, str] = {
     "  --port PORT     the port (default: 8000)\n"
     "  --api-key KEY   require this bearer token on /v1 routes\n"
     "  --name NAME     the model name /v1/models reports\n"
-    "  --warmup N      lower every shape for prompts up to N tokens first (default 256; 0: none)\n",
+    "  --warmup N      lower every shape for prompts up to N tokens first (default 256; 0: none)\n"
+    "  --prepack SHARE --backend onnx: the share of the weights (0 to 1, default 0.3) that\n"
+    "                  the decode of every row at once holds again, pre-packed (faster\n"
+    "                  batches for that much more memory)\n",
     "generate": "usage: linnet generate CARD --prompt TEXT [--max-tokens N] ...\n"
     "       linnet generate --source FILE --weights W --tokenizer DIR --prompt TEXT\n"
     "                       [--chat] [--max-tokens N] [--temperature T] [--seed S]\n"
@@ -788,6 +791,7 @@ def _serving_engine(invocation: Invocation) -> tuple[Any, Any, str]:
     device = values.get("--device", "cpu")
     weights = Path(values["--weights"]) if "--weights" in values else None
     tokenizer = Path(values["--tokenizer"]) if "--tokenizer" in values else None
+    share = _number_option(invocation, "--prepack", 0.0, float) if "--prepack" in values else None
     if invocation.operands:
         if len(invocation.operands) != 1:
             raise UsageError(f"`{invocation.command}` takes one model card")
@@ -796,7 +800,7 @@ def _serving_engine(invocation: Invocation) -> tuple[Any, Any, str]:
             raise UsageError(f"a model card gives its own source: drop {', '.join(clashing)}")
         engine, words, name = load_card_engine(
             Path(invocation.operands[0]), generics, backend=backend, device=device,
-            weights=weights, tokenizer=tokenizer,
+            weights=weights, tokenizer=tokenizer, prepack=share,
         )  # fmt: skip
         return engine, words, values.get("--name", name)
     missing = [o for o in ("--source", "--weights", "--tokenizer") if o not in values]
@@ -806,7 +810,7 @@ def _serving_engine(invocation: Invocation) -> tuple[Any, Any, str]:
         )
     engine = load_engine(
         Path(values["--source"]), weights, generics, backend=backend, device=device,
-        root=values.get("--root"), std=invocation.std,
+        root=values.get("--root"), std=invocation.std, prepack=share,
     )  # fmt: skip
     assert tokenizer is not None
     return engine, Tokenizer.from_folder(tokenizer), values.get("--name", "linnet")
@@ -925,7 +929,8 @@ _COMMANDS: dict[str, CommandSpec] = {
     "spec-test": CommandSpec(_run_spec_test, valued=frozenset({"--std"})),
     "serve": CommandSpec(
         _run_serve,
-        valued=_MODEL_OPTIONS | {"--host", "--port", "--api-key", "--name", "--warmup"},
+        valued=_MODEL_OPTIONS
+        | {"--host", "--port", "--api-key", "--name", "--warmup", "--prepack"},
         repeated=frozenset({"--bind"}),
     ),
     "generate": CommandSpec(

@@ -88,6 +88,32 @@ def test_greedy_completions_equal_generate_with_rows_reused(family: str, backend
     assert stats.completed == 6 and stats.generated_tokens == 60
     assert stats.prefill_calls >= 2  # six requests through four rows: admitted in waves
     assert stats.busy_rows <= stats.decode_calls * ROWS
+    if backend == "onnx":  # only the full-batch decode pre-packs, within its share (OnnxDecoder)
+        model = engine.decoder.model
+        packed = [s for s in model.sessions if s.constant_paths]
+        assert [(s.entry, s.contract.result_types[0].shape[0]) for s in packed] == [
+            ("decode_slots", ROWS)
+        ]
+        assert packed[0].runs > 0
+        size = sum(model.weights[p].numpy().nbytes for p in packed[0].constant_paths)
+        assert 0 < size <= engine.decoder.prepack < model.weight_bytes
+
+
+def test_prepack_is_a_checked_share_of_an_onnx_models_weights(
+    llama: decoder_cases.Decoder,
+) -> None:
+    model = load_model(llama.source, generics=llama.generics(ROWS, MAX_SEQ), weights=llama.weights)
+    with pytest.raises(LinnetError, match="from 0 to 1"):
+        Engine(model, prepack=1.5)
+    prompts = decoder_cases.prompts(llama.vocab, LENGTHS[:ROWS], seed=8)
+    completions, _ = Engine(model, prepack=0).run(
+        [Request(p, max_new_tokens=4, temperature=0) for p in prompts]
+    )
+    assert [c.tokens for c in completions] == [llama.generate(p, 4) for p in prompts]
+    assert not any(s.constant_paths for s in model.sessions)  # 0: nothing pre-packed
+    on_torch = lt.load(llama.source, generics=llama.generics(ROWS, MAX_SEQ), weights=llama.weights)
+    with pytest.raises(LinnetError, match="ONNX Runtime"):
+        Engine(on_torch, prepack=0.5)
 
 
 def test_onnx_engine_greedy_and_seeded_equal_torch(llama: decoder_cases.Decoder) -> None:

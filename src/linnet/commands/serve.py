@@ -44,12 +44,13 @@ def load_engine(
     device: str = "cpu",
     root: str | None = None,
     std: Path | None = None,
+    prepack: float | None = None,
 ) -> Any:
     """An `Engine` over the model of `source` (a `.linnet` file or package, or a model
     card folder, which fills whatever is left None), on `backend`."""
     from linnet.serve import Engine
 
-    return Engine(_load(source, weights, generics, backend, device, root, std))
+    return Engine(_load(source, weights, generics, backend, device, root, std), prepack=prepack)
 
 
 def load_card_engine(
@@ -60,6 +61,7 @@ def load_card_engine(
     device: str = "cpu",
     weights: Path | None = None,
     tokenizer: Path | None = None,
+    prepack: float | None = None,
 ) -> tuple[Any, Any, str]:
     """(`Engine`, `Tokenizer`, the card's name) of a model card or a transformers folder
     (`linnet.nest.opened`); `weights` and `tokenizer` override the card's."""
@@ -73,7 +75,7 @@ def load_card_engine(
             raise LinnetError(f"the card {card} names no tokenizer; pass --tokenizer DIR")
         words = Tokenizer.from_folder(folder)
         model = _load(found.folder, weights, generics, backend, device, None, None)
-        return Engine(model), words, found.name
+        return Engine(model, prepack=prepack), words, found.name
 
 
 def _load(source: Path, weights: Path | None, generics: Mapping[str, object], backend: str,

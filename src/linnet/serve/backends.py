@@ -42,6 +42,24 @@ ENTRIES = ("prefill_slots", "decode_rows")
 SLOTTED = "decode_slots"
 LONGROPE_FACTORS = "rope_factors"
 LONGROPE_SWITCH = "RopeOriginalMaxSeq"
+PREPACK_SHARE = 0.3
+"""How much of an ONNX Runtime model's weight bytes its full-batch decode session may hold
+again, pre-packed (`OnnxDecoder`): the server's memory grows by at most this share.
+
+Chosen for memory: the issue's bound is about 1.3x the other servers' peak
+(`bench/serve.py --shape tinyllama --clients 1,8 --servers onnx`: 4.26-4.45 GiB
+unpacked, 5.54-5.71 GiB with 0.3, under transformers serve's 4.62 x 1.3). Gain at
+TinyLlama's shape (`bench/onnx_prepack.py`, load 4.4-5.0 on 2 cores, CPU time per
+step, 4 alternated rounds): one row 357 ms; 8 rows 797 ms unpacked (3.6x one row's
+aggregate), 676 ms with 0.3 (4.2x); with 1.0, 426 ms against 783 (6.3x) for a peak
+of 7.9 GiB: every weight held twice, which on a machine short of memory also pushes
+the shared copy's pages out and slows every other call. On a quiet machine (load
+0.4-0.7) the same bench gave 5.6 tokens/s at one row, 19.1 at 8 unpacked (3.4x),
+24.3 with 0.3 (4.3x); and `bench/serve.py ... --prepack SHARE` (one stream, then 8;
+load 0.0-1.6, the 8-stream round includes its 8 prefills): 0 gave 5.3 / 18.4 (3.5x,
+4.27 GiB), 0.3 gave 5.7 / 22.3 (3.9x) and 5.5 / 24.3 (4.4x, 5.55 GiB), 0.4 gave
+5.4 / 25.9 (4.8x) and 6.1 / 25.3 (4.1x, 5.90-6.00 GiB), 0.5 5.5 / 28.5 (5.1x,
+6.72 GiB); 1.0 at load 3.5 5.3 / 33.6 (6.3x, 8.32 GiB)."""
 
 
 class Decoder(Protocol):
@@ -108,13 +126,21 @@ def recompute_length(model: BoundModel, present: Set[str]) -> int | None:
     return switch + 1
 
 
-def decoder_for(model: Any, rows: int | None = None, max_seq: int | None = None) -> Decoder:
-    """The `Decoder` of a loaded model (see the module docstring)."""
+def decoder_for(
+    model: Any, rows: int | None = None, max_seq: int | None = None, prepack: float | None = None
+) -> Decoder:
+    """The `Decoder` of a loaded model (see the module docstring); `prepack` is
+    `OnnxDecoder`'s share."""
     kind = type(model).__module__
+    if prepack is not None and not kind.startswith("linnet.onnx"):
+        raise LinnetError(
+            "linnet.serve.Engine: prepack= is the share of weights an ONNX Runtime model's "
+            f"decode pre-packs; this model is a {type(model).__name__} ({kind})"
+        )
+    if kind.startswith("linnet.onnx"):
+        return OnnxDecoder(model, rows, max_seq, prepack)
     if kind.startswith("linnet.torch"):
         return TorchDecoder(model, rows, max_seq)
-    if kind.startswith("linnet.onnx"):
-        return OnnxDecoder(model, rows, max_seq)
     if kind.startswith("linnet.jax"):
         return JaxDecoder(model, rows, max_seq)
     raise LinnetError(
@@ -242,12 +268,38 @@ class _EntryDecoder:
 
 
 class OnnxDecoder(_EntryDecoder):
-    """A `linnet.onnx.load_model` model."""
+    """A `linnet.onnx.load_model` model.
 
-    def __init__(self, model: Any, rows: int | None, max_seq: int | None) -> None:
+    The decode session of a full batch (every cache row, `rows` > 1) pre-packs the
+    weights of its matrix products up to `prepack` (default `PREPACK_SHARE`) of the
+    model's weight bytes
+    (`linnet.onnx.runtime.prepack`): on the CPU, ONNX Runtime packs a weight that is
+    a graph input on every call, which at several rows costs about as much as the
+    product itself; pre-packed, that session holds its own copy of those weights.
+    The other decode sizes and the prefills keep the one shared copy, and a single
+    row keeps the unpacked matrix-vector path, which is as fast at one row.
+    """
+
+    def __init__(
+        self, model: Any, rows: int | None, max_seq: int | None, prepack: float | None = None
+    ) -> None:
         super().__init__(model, rows, max_seq)
         names = ", ".join(p if isinstance(p, str) else p[0] for p in model.providers)
         self.description = f"ONNX Runtime ({names})"
+        share = PREPACK_SHARE if prepack is None else prepack
+        if not 0 <= share <= 1:
+            raise LinnetError(
+                f"linnet.serve.Engine: prepack= is a share of the weights, from 0 to 1, not {share}"
+            )
+        self.prepack = int(share * model.weight_bytes) if self.rows > 1 else 0
+        """The bytes of weights the full-batch decode session pre-packs at most."""
+
+    def decode(self, tokens: Array, positions: Array) -> Any:
+        return self.model.run_entry("decode_rows", [tokens, positions], prepack=self.prepack)
+
+    def decode_slots(self, tokens: Array, slots: Array, positions: Array) -> Any:
+        packed = self.prepack if len(tokens) == self.rows else 0
+        return self.model.run_entry(SLOTTED, [tokens, slots, positions], prepack=packed)
 
     def load_weights(self, weights: Any, bindings: Any = None) -> None:
         """Bind `weights` like `linnet.onnx.load_model` and copy them into the bound weights."""

@@ -94,7 +94,10 @@ class Engine:
 
     `eos`: the default eos token ids of requests that give none. `rows` and
     `max_seq` override the model's `Batch` and `MaxSeq` generics. `seed` seeds the
-    draw of seeds for requests that give none.
+    draw of seeds for requests that give none. `prepack` (ONNX Runtime models only):
+    the share of the weights' bytes that the session decoding every row at once holds
+    again, pre-packed for the CPU's matrix products (default
+    `backends.PREPACK_SHARE`; 0: none, 1: every product's weight).
     """
 
     def __init__(
@@ -107,8 +110,9 @@ class Engine:
         min_bucket: int = 8,
         max_prefill_tokens: int = 4096,
         seed: int | None = None,
+        prepack: float | None = None,
     ) -> None:
-        self.decoder: Decoder = decoder_for(model, rows, max_seq)
+        self.decoder: Decoder = decoder_for(model, rows, max_seq, prepack)
         self.rows = self.decoder.rows
         self.max_seq = self.decoder.max_seq
         self.recompute_at = self.decoder.recompute_at

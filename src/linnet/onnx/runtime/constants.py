@@ -29,7 +29,7 @@ session in the process has (`_file_ids`), and no session can read another's.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from typing import Any
 
 import numpy as np
@@ -45,21 +45,24 @@ _file_ids = itertools.count()
 
 
 def constant_weights(
-    proto: onnx.ModelProto, weights: Mapping[str, str], values: Mapping[str, ort.OrtValue]
+    proto: onnx.ModelProto,
+    weights: Mapping[str, str],
+    values: Mapping[str, ort.OrtValue],
+    also: Set[str] = frozenset(),
 ) -> tuple[onnx.ModelProto, dict[str, Array]]:
-    """`proto` with the weights `MatMulNBits` reads turned into in-memory initializers.
+    """`proto` with the weights `MatMulNBits` reads, and the graph inputs named in `also`
+    (`prepack.prepacked_weights`), turned into in-memory initializers.
 
     `weights` maps graph input names to weight paths, `values` paths to bound
     values. Returns the new proto (`proto` itself when nothing changes) and the
     in-memory files by name, one per promoted weight (its host bytes).
     """
     graph = proto.graph
-    nodes = [n for n in graph.node if _reads_constants(n)]
-    if not nodes:
-        return proto, {}
     producers = {out: node for node in graph.node for out in node.output}
-    chosen: set[str] = set()
-    for node in nodes:
+    chosen: set[str] = {name for name in also if name in weights}
+    for node in graph.node:
+        if not _reads_constants(node):
+            continue
         reached: set[str] = set()
         if _weight_inputs(node, producers, weights, reached):
             chosen |= reached

@@ -27,7 +27,10 @@ Why weights stay out of the graphs: a model past protobuf's 2 GB limit cannot
 be serialised whole (field-notes.md), every entry and shape would otherwise
 carry its own copy, and an exported graph of a few hundred kilobytes builds a
 session in milliseconds. Weights are bound by I/O binding instead, the same
-`OrtValue`s to every session (`session`).
+`OrtValue`s to every session (`session`). The exceptions are session
+constants: the weights of ONNX Runtime's weight-only kernels (`constants`),
+and those a call asks to have pre-packed (`run_entry(prepack=...)`, `prepack`),
+which that session holds packed, a copy of its own.
 
 State (language.md 12.6) lives on the device in `_state.StateStore`, zero
 before the first call; each call binds the current buffers as the graph's
@@ -55,7 +58,7 @@ import onnxruntime as ort  # type: ignore[import-untyped]
 from linnet.check.program import CheckedProgram
 from linnet.errors import InternalError, LinnetError
 from linnet.ir.bind import BoundModel, EntrySignature, InputSpec, generics_key
-from linnet.ir.core import Function, TensorType, dtype_of_numpy
+from linnet.ir.core import Function, TensorType, dtype_of_numpy, numpy_dtype
 from linnet.ir.dynamic import DynamicShapes, lower_entry_dynamic
 from linnet.ir.inputs import (
     HostInput,
@@ -234,6 +237,11 @@ class OnnxModel:
         """Host copies of every state member by path."""
         return self._states.snapshot()
 
+    @property
+    def weight_bytes(self) -> int:
+        """The bytes of every bound weight (the size of the one copy the sessions share)."""
+        return sum(_nbytes(self.model.tensors[path].type) for path in self.weights)
+
     def state_address(self, path: str) -> int:
         """The device address of a state's buffer now (fixed while updates run in place)."""
         return self._states.buffer(path).address
@@ -318,6 +326,7 @@ class OnnxModel:
         argmax: bool = False,
         cuda_graph: bool = False,
         keep_on_device: bool = False,
+        prepack: int = 0,
     ) -> Output:
         """Run entry `name` on `inputs` (in order, or by input name): NumPy arrays, Python
         numbers for scalar inputs, or `OrtValue`s (from `place` or `keep_on_device`).
@@ -328,7 +337,11 @@ class OnnxModel:
         where the provider can (CUDA, TensorRT), every state it writes is updated in
         place and no result is bf16; otherwise it runs as usual. `keep_on_device`
         returns `OrtValue`s on the model's device instead of host arrays. One result
-        comes back as is, several as a tuple, none as None.
+        comes back as is, several as a tuple, none as None. `prepack` (bytes, on the
+        CPU) makes the call's session one of its own that binds the weights its float
+        matrix products read, in graph order and up to that many bytes, as initializers
+        ONNX Runtime packs once (`runtime.prepack`): faster products at several rows,
+        for a second copy of those weights held by that session.
 
         Before anything runs the inputs are checked (`linnet.ir.inputs`), alike on every
         backend: their number, Python numbers against the input's dtype, integer inputs
@@ -352,7 +365,7 @@ class OnnxModel:
         hosts = [None if isinstance(v, ort.OrtValue) else v.array for v in given]
         dynamic = (
             None
-            if generics or argmax or cuda_graph or not self.allow_dynamic
+            if generics or argmax or cuda_graph or prepack or not self.allow_dynamic
             else self.dynamic_session(name, types)
         )
         if dynamic is not None and not _guards_hold(signature, types, dynamic[1]):
@@ -364,7 +377,9 @@ class OnnxModel:
             # The session serves every size; the index ranges are those of these sizes.
             check_inputs(self._checks_at(name, types), hosts, owner)
         else:
-            session = self.prepare(name, types, generics, argmax=argmax, cuda_graph=cuda_graph)
+            session = self.prepare(
+                name, types, generics, argmax=argmax, cuda_graph=cuda_graph, prepack=prepack
+            )
             check_inputs(session.contract.checks, hosts, owner)
         results = session.run(
             [self._on_device(v) for v in given],
@@ -383,6 +398,7 @@ class OnnxModel:
         *,
         argmax: bool = False,
         cuda_graph: bool = False,
+        prepack: int = 0,
     ) -> EntrySession:
         """The session for these input types (made on first use, then cached)."""
         key: tuple[object, ...] = (
@@ -403,7 +419,8 @@ class OnnxModel:
             exported = self._exported[key] = with_argmax(*base) if argmax else base
         proto, contract = exported
         capture = cuda_graph and self.captures(contract)
-        session = self._sessions.get((*key, capture))
+        packed = prepack if self.device.kind == "cpu" else 0
+        session = self._sessions.get((*key, capture, packed))
         if session is None:
             session = EntrySession(
                 name,
@@ -414,8 +431,9 @@ class OnnxModel:
                 self.weights,
                 cuda_graph=capture,
                 options=self.session_options,
+                prepack=packed,
             )
-            self._sessions[(*key, capture)] = session
+            self._sessions[(*key, capture, packed)] = session
         return session
 
     def dynamic_session(
@@ -611,6 +629,10 @@ def _guards_hold(
     bound = bind_entry_generics(signature, types)
     sizes = {n: v for n in dims.names if isinstance(v := bound.values[n], int)}
     return all(guard_holds(g, sizes) for g in dims.guards)
+
+
+def _nbytes(t: TensorType) -> int:
+    return t.size * numpy_dtype(t.dtype).itemsize
 
 
 def _dtype_of(array: np.ndarray[Any, Any], what: str) -> str:

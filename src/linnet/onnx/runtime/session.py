@@ -39,6 +39,7 @@ from linnet.errors import InternalError, LinnetError
 from linnet.ir.core import TensorType
 from linnet.onnx.runtime.constants import add_memory_files, constant_weights
 from linnet.onnx.runtime.contract import Contract, dtypes_in
+from linnet.onnx.runtime.prepack import prepacked_weights
 from linnet.onnx.runtime.siblings import merge_siblings
 from linnet.onnx.runtime.state import StateStore
 from linnet.onnx.runtime.values import Buffer, Device, Provider, provider_name
@@ -170,6 +171,7 @@ class EntrySession:
         *,
         cuda_graph: bool = False,
         options: ort.SessionOptions | None = None,
+        prepack: int = 0,
     ) -> None:
         self.entry = entry
         self.proto = proto
@@ -181,7 +183,8 @@ class EntrySession:
         if device.kind == "cpu":
             if MERGE_SIBLINGS:
                 proto = merge_siblings(proto, contract.weights)
-            proto, constant = constant_weights(proto, contract.weights, weights)
+            packed = prepacked_weights(proto, contract.weights, weights, prepack)
+            proto, constant = constant_weights(proto, contract.weights, weights, packed)
         inputs = {v.name for v in proto.graph.input}
         self.session = create_session(proto, used, device, entry, options, constant)
         # The in-memory initializers' bytes: kept alive with the session.
