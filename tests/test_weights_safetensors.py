@@ -315,6 +315,19 @@ def _streamed_copy(source: Path, target: Path) -> None:
     save_safetensors_streamed(target, items, file.load, {"format": "pt"})
 
 
+def _count_kernel_copies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the byte count of every `os.copy_file_range` call from now on."""
+    calls: list[int] = []
+    real = os.copy_file_range
+
+    def counted(*args: int) -> int:
+        calls.append(args[2])
+        return real(*args)
+
+    monkeypatch.setattr(os, "copy_file_range", counted)
+    return calls
+
+
 def test_streamed_tensors_of_a_mapped_file_are_copied_file_to_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -331,14 +344,7 @@ def test_streamed_tensors_of_a_mapped_file_are_copied_file_to_file(
         "d.ids": np.arange(9, dtype=np.int64),
     }
     save_safetensors(tensors, tmp_path / "source.safetensors", {"format": "pt"})
-    calls: list[int] = []
-    real = os.copy_file_range
-
-    def counted(*args: int) -> int:
-        calls.append(args[2])
-        return real(*args)
-
-    monkeypatch.setattr(os, "copy_file_range", counted)
+    calls = _count_kernel_copies(monkeypatch)
     _streamed_copy(tmp_path / "source.safetensors", tmp_path / "copied.safetensors")
     # the tensors lie back to back in the source, in this order: one copy of the data section
     assert calls == [sum(t.nbytes for t in tensors.values())]
@@ -372,14 +378,7 @@ def test_runs_of_adjacent_tensors_are_copied_whole_and_the_rest_written(
     mapped = {name: file.load(name) for name in ("t0", "t1", "t3", "t4")}
     arrays = {**mapped, "extra": np.arange(7, dtype=np.float32)}
     items = [(n, "f32", a.shape) for n, a in arrays.items()]
-    calls: list[int] = []
-    real = os.copy_file_range
-
-    def counted(*args: int) -> int:
-        calls.append(args[2])
-        return real(*args)
-
-    monkeypatch.setattr(os, "copy_file_range", counted)
+    calls = _count_kernel_copies(monkeypatch)
     out = tmp_path / "runs.safetensors"
     save_safetensors_streamed(out, items, arrays.__getitem__, keep_order=True)
     pairs = [("t0", "t1"), ("t3", "t4")]
