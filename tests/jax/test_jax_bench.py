@@ -48,4 +48,5 @@ def test_gemv_bench_smoke() -> None:
     assert {r[1].strip() for r in rows} == {"[Out, In]", "[In, Out]"}
     defaults = [r for r in rows if r[2].strip() == "default"]
     assert len(defaults) == 2 and all(r[7].strip() == "bit-identical" for r in defaults)
-    assert all(float(r[4]) > 0 for r in rows)
+    assert all(float(r[4]) >= 0 for r in rows)  # a rate is printed (at 0.1 GB/s precision, a busy
+    # machine's tiny products can round to 0.0: no timing is asserted)
