@@ -164,9 +164,7 @@ def _check_folder(target: Path, data_path: Path) -> None:
 
 _Key = tuple[int, int, str]
 _DONE = None
-"""The end of the queue of `SharedData`'s writer: every byte is queued."""
-_ABORT = (0, None, 0)
-"""Put into `SharedData`'s queue to make its writer drop the file."""
+"""The end of the queue of `SharedData`'s writer: every byte is queued (or it is aborted)."""
 
 
 class _Aborted(Exception):
@@ -203,6 +201,7 @@ class SharedData:
         self._queued = 0
         self._path: Path | None = None
         self._error: BaseException | None = None
+        self._aborted = threading.Event()
         self._thread: threading.Thread | None = None
         if background:
             self._thread = threading.Thread(target=self._run, name="linnet-save", daemon=True)
@@ -268,7 +267,8 @@ class SharedData:
     def abort(self) -> None:
         """Stop writing and remove the unfinished data file (the models were never written)."""
         if self._thread is not None:
-            self._queue.put(_ABORT)
+            self._aborted.set()  # checked before each array: what is still queued is dropped
+            self._queue.put(_DONE)
             self._thread.join()
 
     def _run(self) -> None:
@@ -284,9 +284,12 @@ class SharedData:
             FileCopier(data.handle) as copier,
             Progress(f"writing {self.data_path.name}", total, "B") as bar,
         ):
-            while (item := self._queue.get()) is not _DONE:
-                if item is _ABORT:
+            while True:
+                item = self._queue.get()
+                if self._aborted.is_set():
                     raise _Aborted
+                if item is _DONE:
+                    break
                 padding, buffer, size = item
                 if padding:
                     data.write(bytes(padding))
