@@ -114,6 +114,8 @@ _MODEL_HELP = (
     "  --generics F    a JSON file of generic values; --bind G=V adds or overrides one\n"
     "  --backend B     torch (default), onnx or jax; --device D for torch\n"
     "  --root BLOCK    the root block; --std DIR the standard library\n"
+    "  --threads N     torch on the CPU: every model call's intra-op threads (default: 1 or\n"
+    "                  the process's count, whichever each call shape measures faster)\n"
 )
 COMMAND_HELP: dict[str, str] = {
     "check": "usage: linnet check [--strict] [--json] [--std DIR] PATH...\n\n"
@@ -239,7 +241,7 @@ COMMAND_HELP: dict[str, str] = {
     "       linnet serve --source FILE --weights W --tokenizer DIR [--generics FILE.json]\n"
     "                    [--bind G=V]... [--backend torch|onnx|jax] [--device D] [--host HOST]\n"
     "                    [--port PORT] [--api-key KEY] [--name NAME] [--warmup N] [--root BLOCK]\n"
-    "                    [--std DIR] [--prepack SHARE]\n\n"
+    "                    [--std DIR] [--prepack SHARE] [--threads N]\n\n"
     "Serve a decoder with `prefill_slots` / `decode_rows` entries behind an OpenAI-compatible\n"
     "HTTP server (completions, chat completions, streaming). It binds 127.0.0.1 unless\n"
     "--host says otherwise; with --api-key (or $LINNET_API_KEY) every /v1 route needs\n"
@@ -764,7 +766,7 @@ def _run_spec_test(invocation: Invocation) -> int:
 
 _MODEL_OPTIONS = frozenset(
     {"--source", "--weights", "--tokenizer", "--generics", "--backend", "--device", "--root",
-     "--std"}
+     "--std", "--threads"}
 )  # fmt: skip
 
 
@@ -792,6 +794,9 @@ def _serving_engine(invocation: Invocation) -> tuple[Any, Any, str]:
     weights = Path(values["--weights"]) if "--weights" in values else None
     tokenizer = Path(values["--tokenizer"]) if "--tokenizer" in values else None
     share = _number_option(invocation, "--prepack", 0.0, float) if "--prepack" in values else None
+    threads = _number_option(invocation, "--threads", 0, int) if "--threads" in values else None
+    if threads is not None and threads < 1:
+        raise UsageError(f"`--threads` takes a count of at least 1, not {threads}")
     if invocation.operands:
         if len(invocation.operands) != 1:
             raise UsageError(f"`{invocation.command}` takes one model card")
@@ -800,7 +805,7 @@ def _serving_engine(invocation: Invocation) -> tuple[Any, Any, str]:
             raise UsageError(f"a model card gives its own source: drop {', '.join(clashing)}")
         engine, words, name = load_card_engine(
             Path(invocation.operands[0]), generics, backend=backend, device=device,
-            weights=weights, tokenizer=tokenizer, prepack=share,
+            weights=weights, tokenizer=tokenizer, prepack=share, threads=threads,
         )  # fmt: skip
         return engine, words, values.get("--name", name)
     missing = [o for o in ("--source", "--weights", "--tokenizer") if o not in values]
@@ -810,7 +815,7 @@ def _serving_engine(invocation: Invocation) -> tuple[Any, Any, str]:
         )
     engine = load_engine(
         Path(values["--source"]), weights, generics, backend=backend, device=device,
-        root=values.get("--root"), std=invocation.std, prepack=share,
+        root=values.get("--root"), std=invocation.std, prepack=share, threads=threads,
     )  # fmt: skip
     assert tokenizer is not None
     return engine, Tokenizer.from_folder(tokenizer), values.get("--name", "linnet")

@@ -71,6 +71,10 @@ def test_generate_usage_errors(model_files: Any, capsys: pytest.CaptureFixture[s
     assert "needs --source" in capsys.readouterr().err
     assert main(["generate", *args, "--prompt", "x", "--temperature", "hot"]) == 2
     assert main(["serve", *args, "--port", "99999"]) == 2
+    assert main(["generate", *args, "--prompt", "x", "--threads", "0"]) == 2
+    assert "`--threads` takes a count of at least 1" in capsys.readouterr().err
+    assert main(["generate", *args, "--prompt", "x", "--threads", "1", "--backend", "onnx"]) == 1
+    assert "threads= is the intra-op thread count" in capsys.readouterr().err
 
 
 def free_port() -> int:

@@ -8,7 +8,9 @@ has the `prefill_slots` / `decode_rows` entries, like examples/01-llama),
 `tokenizer.json`). With a card, `--weights` and `--tokenizer` override its own.
 Generics come from the card, then `--generics FILE.json`, then `--bind G=V`
 (the cache's `Batch` rows and `MaxSeq` positions among them); `--backend torch`
-(default; `--device`), `onnx` or `jax` (`linnet.jax.load_model`, JAX's default device).
+(default; `--device`; `--threads N` fixes every CPU call's intra-op threads, which
+otherwise each call shape picks by measuring, `linnet.serve.threads`), `onnx` or `jax`
+(`linnet.jax.load_model`, JAX's default device).
 
 `serve` runs the OpenAI-compatible server (`linnet.serve.server`) on
 `--host` (default 127.0.0.1: reachable from this machine only) and `--port`;
@@ -45,12 +47,14 @@ def load_engine(
     root: str | None = None,
     std: Path | None = None,
     prepack: float | None = None,
+    threads: int | None = None,
 ) -> Any:
     """An `Engine` over the model of `source` (a `.linnet` file or package, or a model
     card folder, which fills whatever is left None), on `backend`."""
     from linnet.serve import Engine
 
-    return Engine(_load(source, weights, generics, backend, device, root, std), prepack=prepack)
+    model = _load(source, weights, generics, backend, device, root, std)
+    return Engine(model, prepack=prepack, threads=threads)
 
 
 def load_card_engine(
@@ -62,6 +66,7 @@ def load_card_engine(
     weights: Path | None = None,
     tokenizer: Path | None = None,
     prepack: float | None = None,
+    threads: int | None = None,
 ) -> tuple[Any, Any, str]:
     """(`Engine`, `Tokenizer`, the card's name) of a model card or a transformers folder
     (`linnet.nest.opened`); `weights` and `tokenizer` override the card's."""
@@ -75,7 +80,7 @@ def load_card_engine(
             raise LinnetError(f"the card {card} names no tokenizer; pass --tokenizer DIR")
         words = Tokenizer.from_folder(folder)
         model = _load(found.folder, weights, generics, backend, device, None, None)
-        return Engine(model, prepack=prepack), words, found.name
+        return Engine(model, prepack=prepack, threads=threads), words, found.name
 
 
 def _load(source: Path, weights: Path | None, generics: Mapping[str, object], backend: str,

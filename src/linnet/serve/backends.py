@@ -127,20 +127,29 @@ def recompute_length(model: BoundModel, present: Set[str]) -> int | None:
 
 
 def decoder_for(
-    model: Any, rows: int | None = None, max_seq: int | None = None, prepack: float | None = None
+    model: Any,
+    rows: int | None = None,
+    max_seq: int | None = None,
+    prepack: float | None = None,
+    threads: int | None = None,
 ) -> Decoder:
     """The `Decoder` of a loaded model (see the module docstring); `prepack` is
-    `OnnxDecoder`'s share."""
+    `OnnxDecoder`'s share, `threads` `TorchDecoder`'s."""
     kind = type(model).__module__
     if prepack is not None and not kind.startswith("linnet.onnx"):
         raise LinnetError(
             "linnet.serve.Engine: prepack= is the share of weights an ONNX Runtime model's "
             f"decode pre-packs; this model is a {type(model).__name__} ({kind})"
         )
+    if threads is not None and not kind.startswith("linnet.torch"):
+        raise LinnetError(
+            "linnet.serve.Engine: threads= is the intra-op thread count of a linnet.torch "
+            f"model's calls; this model is a {type(model).__name__} ({kind})"
+        )
     if kind.startswith("linnet.onnx"):
         return OnnxDecoder(model, rows, max_seq, prepack)
     if kind.startswith("linnet.torch"):
-        return TorchDecoder(model, rows, max_seq)
+        return TorchDecoder(model, rows, max_seq, threads)
     if kind.startswith("linnet.jax"):
         return JaxDecoder(model, rows, max_seq)
     raise LinnetError(
@@ -150,10 +159,21 @@ def decoder_for(
 
 
 class TorchDecoder:
-    """A `linnet.torch.LinnetModule`; logits stay on its device."""
+    """A `linnet.torch.LinnetModule`; logits stay on its device.
 
-    def __init__(self, module: Any, rows: int | None, max_seq: int | None) -> None:
+    On the CPU each entry call runs with the intra-op thread count that
+    `linnet.serve.threads.ThreadChooser` measures to be faster for its shape, 1 or the
+    count of the thread that made the decoder (a host where another process takes a
+    core makes every multi-threaded op wait for a preempted thread); `threads` fixes
+    the count instead.
+    """
+
+    def __init__(
+        self, module: Any, rows: int | None, max_seq: int | None, threads: int | None = None
+    ) -> None:
         import torch
+
+        from linnet.serve.threads import ThreadChooser
 
         self.torch = torch
         self.module = module
@@ -161,13 +181,33 @@ class TorchDecoder:
         self.slotted = SLOTTED in module.linnet_model.entries
         self.recompute_at = recompute_length(module.linnet_model, module.present_paths)
         self.device = next(iter(module.buffers()), torch.zeros(())).device
-        self.description = f"linnet.torch on {self.device}"
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                    or threads < 1):  # fmt: skip
+            raise LinnetError(
+                f"linnet.serve.Engine: threads= must be a count of at least 1, not {threads!r}"
+            )
+        self.chooser: ThreadChooser | None = None
+        """Each CPU call's thread count (None on another device)."""
+        if self.device.type == "cpu":
+            counts = (threads,) if threads is not None else (1, torch.get_num_threads())
+            self.chooser = ThreadChooser(counts)
+        where = f"{self.device}"
+        if self.chooser is not None:
+            shown = " or ".join(str(c) for c in self.chooser.candidates)
+            where += f", {shown} thread{'s' if self.chooser.candidates != (1,) else ''}"
+        self.description = f"linnet.torch on {where}"
 
     def _entry(self, name: str, inputs: Sequence[Array]) -> Any:
         torch = self.torch
         tensors = [torch.from_numpy(x).to(self.device) for x in inputs]
-        with torch.no_grad():
-            return self.module.run_entry(name, tensors)
+
+        def run() -> Any:
+            with torch.no_grad():
+                return self.module.run_entry(name, tensors)
+
+        if self.chooser is None:
+            return run()
+        return self.chooser.call((name, *(x.shape for x in inputs)), run)
 
     def prefill(self, tokens: Array, slots: Array, lengths: Array) -> Any:
         return self._entry("prefill_slots", [tokens, slots, lengths])

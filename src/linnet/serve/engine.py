@@ -97,7 +97,10 @@ class Engine:
     draw of seeds for requests that give none. `prepack` (ONNX Runtime models only):
     the share of the weights' bytes that the session decoding every row at once holds
     again, pre-packed for the CPU's matrix products (default
-    `backends.PREPACK_SHARE`; 0: none, 1: every product's weight).
+    `backends.PREPACK_SHARE`; 0: none, 1: every product's weight). `threads`
+    (`linnet.torch` models on the CPU only): the intra-op thread count of every model
+    call; by default each call shape runs with 1 thread or the caller's count,
+    whichever `linnet.serve.threads.ThreadChooser` measures to be faster.
     """
 
     def __init__(
@@ -111,8 +114,9 @@ class Engine:
         max_prefill_tokens: int = 4096,
         seed: int | None = None,
         prepack: float | None = None,
+        threads: int | None = None,
     ) -> None:
-        self.decoder: Decoder = decoder_for(model, rows, max_seq, prepack)
+        self.decoder: Decoder = decoder_for(model, rows, max_seq, prepack, threads)
         self.rows = self.decoder.rows
         self.max_seq = self.decoder.max_seq
         self.recompute_at = self.decoder.recompute_at
