@@ -439,3 +439,20 @@ def test_fp8_and_mxfp4_linears_dequantise_once(program, dtype: str) -> None:  # 
              "std.quant::linear_mxfp4", scale)  # fmt: skip
     decoded = natives_quant.decode_fp8(torch.from_numpy(q))
     assert decoded[0, 0] == 480 and decoded[0, 1] == -480
+
+
+@pytest.mark.parametrize("at", [[0, 5, -1, 6], [9, 9, -3, 6], [1, 2, 3, 4], [5, 6, 6, 0]])
+def test_write_rows_in_place_writes_the_rows_inside(at: list[int]) -> None:
+    """The donated-cache `write_rows` (on the CPU it writes only the rows whose position is
+    inside) equals the copying one: some rows outside, all outside, all inside."""
+    import torch
+
+    from linnet.torch import natives
+
+    cache = torch.from_numpy(data(32, "f32", (4, 3, 6, 4)))
+    value = torch.from_numpy(data(33, "f32", (4, 3, 1, 4)))
+    positions = torch.tensor(at, dtype=torch.int32)
+    expected = natives.write_rows(cache, value, positions)
+    with torch.no_grad():
+        written = natives.write_rows_in_place(cache, value, positions)
+    assert written is cache and torch.equal(cache, expected)

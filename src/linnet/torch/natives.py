@@ -650,10 +650,18 @@ def _in_place(cache: torch.Tensor, value: torch.Tensor) -> bool:
 
 
 def write_rows_in_place(cache: torch.Tensor, value: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
-    """`write_rows` into `cache` itself (a donated state); see `write_rows`."""
+    """`write_rows` into `cache` itself (a donated state); see `write_rows`. On the CPU,
+    where finding the rows whose position is inside the cache costs no device sync, only
+    those are written: a `decode_slots` step of one member among `Batch` rows (its
+    `write_members` routes the others past the cache) writes one row instead of
+    rewriting every row's old value (about half the time at 32 rows)."""
     if not _in_place(cache, value):
         return write_rows(cache, value, at)
     size = cache.shape[2]
+    if cache.device.type == "cpu":
+        rows = ((at >= 0) & (at < size)).nonzero().reshape(-1)
+        cache[rows, :, at[rows].to(torch.int64)] = value[rows, :, 0]
+        return cache
     index = torch.clamp(at, 0, size - 1).to(torch.int64)
     inside = ((at >= 0) & (at < size)).reshape(-1, 1, 1)
     rows = torch.arange(cache.shape[0], device=cache.device)
