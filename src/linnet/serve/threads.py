@@ -9,9 +9,11 @@ slice at every such op, and a decode step of some thirty products waits that lon
 thirty times: on 2 cores with one busy process, the 4-layer H=512 Llama of
 `bench/serve.py` fell from about 75 to 3-11 tokens/s with 2 threads, where 1
 thread kept 61-76 (its lm_head alone: 8.3-8.8 ms with 2 threads, 4.7-5.3 with 1).
-On an idle host 2 threads are faster (that step: 10-13 ms against 15-18 ms; a
-32-row step 41-63 against 60-84). A serving process cannot know which host it
-gets, and the load changes while it runs, so the engine measures instead.
+With no other process busy, 2 threads are faster (that step: 10-13 ms against 15-18
+ms; a 32-row step 41-63 against 60-84). A serving process cannot know which host it
+gets, and the load changes while it runs, so the engine measures instead: with a
+busy loop on one of the 2 cores, `Engine.run` of one 64-token request went from
+3.2-3.5 tokens/s (2 threads, as before) to 32-39 (chosen).
 
 For each call shape (the entry and its inputs' shapes) the chooser times every
 candidate count (1 and the thread's count when the engine was made) once, after
@@ -20,14 +22,14 @@ retries the other after a number of calls of that shape that starts at
 `first_retry` and doubles, up to `max_retry`, each time the retry loses; and at
 once when the chosen count's recent time (a moving average) exceeds the other's
 latest by half (`EARLY_RETRY`), which is how a load that appears is followed within
-a few calls. A losing retry costs one slow call in `max_retry` at most.
+a few calls. In a steady state a losing retry costs one slow call in `max_retry`.
 
 The count does not change the results on these kernels: oneDNN's products split
 their output columns, not their sums, and the step's other ops are too small to
 split (the Llama example's entries give bitwise-equal logits with 1 and 2 threads,
-`tests/serve/test_threads.py`). Each call sets the calling thread's count
-(`torch.set_num_threads`, an OpenMP setting of that thread) and puts the previous
-one back afterwards, so a caller's own setting is left as it was.
+`tests/serve/test_threads.py`). Each call sets the count (`torch.set_num_threads`,
+OpenMP's count for the calling thread) and puts the previous one back afterwards, so
+a caller's own setting is left as it was.
 """
 
 from __future__ import annotations
