@@ -19,10 +19,12 @@ For each call shape (the entry and its inputs' shapes) the chooser times every
 candidate count (1 and the thread's count when the engine was made) once, after
 an untimed first call (which lowers the entry), and then runs the faster. It
 retries the other after a number of calls of that shape that starts at
-`first_retry` and doubles, up to `max_retry`, each time the retry loses; and at
-once when the chosen count's recent time (a moving average) exceeds the other's
-latest by half (`EARLY_RETRY`), which is how a load that appears is followed within
-a few calls. In a steady state a losing retry costs one slow call in `max_retry`.
+`first_retry` and doubles, up to `max_retry`, each time the retry loses, and is
+never so short that retries would cost more than `retry_share` of the time (a
+retry of a count 20 times slower waits 400 calls at the default 5%); and it
+retries at once when the chosen count's recent time (a moving average) exceeds
+the other's latest by half (`EARLY_RETRY`), which is how a load that appears is
+followed within a few calls.
 
 The count does not change the results on these kernels: oneDNN's products split
 their output columns, not their sums, and the step's other ops are too small to
@@ -44,6 +46,7 @@ from linnet.errors import LinnetError
 Result = TypeVar("Result")
 FIRST_RETRY = 8
 MAX_RETRY = 512
+RETRY_SHARE = 0.05
 SMOOTHING = 0.25
 """The weight of the latest call in the chosen count's moving average."""
 EARLY_RETRY = 1.5
@@ -73,6 +76,7 @@ class ThreadChooser:
         *,
         first_retry: int = FIRST_RETRY,
         max_retry: int = MAX_RETRY,
+        retry_share: float = RETRY_SHARE,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         counts = sorted(set(candidates))
@@ -81,6 +85,7 @@ class ThreadChooser:
         self.candidates = tuple(counts)
         self.first_retry = first_retry
         self.max_retry = max_retry
+        self.retry_share = retry_share
         self.clock = clock
         self.shapes: dict[Hashable, _Shape] = {}
 
@@ -114,14 +119,21 @@ class ThreadChooser:
         if measuring:
             if len(shape.seconds) == len(self.candidates):  # each count timed once
                 shape.chosen = min(self.candidates, key=lambda c: shape.seconds[c])
-                shape.retry_at = shape.calls + shape.interval
+                self._schedule(shape)
             return
         if seconds < shape.seconds[shape.chosen]:  # a retry that won
             shape.chosen = threads
             shape.interval = self.first_retry
         else:
             shape.interval = min(2 * shape.interval, self.max_retry)
-        shape.retry_at = shape.calls + shape.interval
+        self._schedule(shape)
+
+    def _schedule(self, shape: _Shape) -> None:
+        """Set when the other counts are retried (see the module docstring)."""
+        chosen = shape.seconds[shape.chosen]
+        slowest = max(shape.seconds.values())
+        affordable = slowest / max(chosen, 1e-9) / self.retry_share
+        shape.retry_at = shape.calls + max(shape.interval, min(int(affordable), 100_000))
 
     def call(self, key: Hashable, run: Callable[[], Result]) -> Result:
         """`run()` with the thread count chosen for shape `key`, timed."""
