@@ -43,7 +43,12 @@ a server that fails to start or answer is reported with the reason.
     .venv/bin/python bench/serve.py [--shape small|tinyllama] [--clients 1,8,32]
         [--new-tokens 64] [--prompt-tokens 16] [--threads N]
         [--servers onnx,torch,transformers,llamacpp] [--llamacpp-path DIRS] [--peer-cb]
-        [--keep DIR [--reuse]] [--prepack SHARE]
+        [--keep DIR [--reuse]] [--prepack SHARE] [--torch-threads auto,1,2]
+
+`--torch-threads` runs the torch server once per entry: `auto` (its default: each call
+shape runs with 1 thread or `--threads`, whichever it measures faster,
+`linnet.serve.threads`) or a count it is fixed at (`linnet serve --threads N`, shown
+as `linnet serve (torch/N)`).
 """
 
 from __future__ import annotations
@@ -304,7 +309,7 @@ def measure(name: str, server: Server, args: argparse.Namespace, env: dict[str, 
             logs: Path) -> list[Round]:  # fmt: skip
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    log = logs / f"{name.replace(' ', '_')}.log"
+    log = logs / f"{name.replace(' ', '_').replace('/', '-')}.log"
     if server.pythonpath:
         env = {**env, "PYTHONPATH": os.pathsep.join([server.pythonpath, env["PYTHONPATH"]])}
     print(f"  {name}: load average {load_average()}", flush=True)
@@ -391,6 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="PYTHONPATH entries for llama_cpp.server's process (the "
                              "llama-cpp-python package and the server's dependencies)")  # fmt: skip
     parser.add_argument("--prepack", help="`linnet serve --prepack SHARE` for the onnx server")
+    parser.add_argument("--torch-threads", default="auto",
+                        help="torch server runs: auto (measured per call shape) and/or "
+                             "fixed counts, e.g. auto,1,2")  # fmt: skip
     parser.add_argument("--start-limit", type=float, default=240.0)
     parser.add_argument("--keep", type=Path, help="keep the folder, card and logs here")
     parser.add_argument("--reuse", action="store_true",
@@ -407,6 +415,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown server(s) {', '.join(unknown)}")
     if args.reuse and args.keep is None:
         parser.error("--reuse needs --keep DIR (the folder to reuse)")
+    torch_threads = args.torch_threads.split(",")
+    if any(t != "auto" and not (t.isdigit() and int(t) > 0) for t in torch_threads):
+        parser.error("--torch-threads takes `auto` and thread counts, e.g. auto,1,2")
     if args.prepare is not None:
         prepare(args.prepare, args.shape, context, "llamacpp" in chosen)
         return 0
@@ -448,10 +459,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if args.peer_cb:
                     servers["transformers serve --cb"] = Server(
                         [*transformers_cli, "--continuous-batching"], str(folder))  # fmt: skip
-            elif kind in ("onnx", "torch"):
-                extra = ["--prepack", args.prepack] if kind == "onnx" and args.prepack else []
-                servers[f"linnet serve ({kind})"] = Server([*linnet, "--backend", kind, *extra],
-                                                           "bench")  # fmt: skip
+            elif kind == "onnx":
+                extra = ["--prepack", args.prepack] if args.prepack else []
+                servers["linnet serve (onnx)"] = Server([*linnet, "--backend", "onnx", *extra],
+                                                        "bench")  # fmt: skip
+            elif kind == "torch":
+                for count in torch_threads:
+                    fixed = [] if count == "auto" else ["--threads", count]
+                    name = "torch" if count == "auto" else f"torch/{count}"
+                    servers[f"linnet serve ({name})"] = Server(
+                        [*linnet, "--backend", "torch", *fixed], "bench")  # fmt: skip
             else:
                 servers["llama.cpp server"] = Server(llamacpp, "bench", health="/v1/models",
                                                      llama_text=True,
