@@ -1,0 +1,444 @@
+/* One-row CPU linears for `std.quant` weights (and f32), read straight from the packed bytes.
+ *
+ * Built by linnet/native/build.py with `-O3 -march=native -fopenmp`: the vector path is the
+ * widest the building CPU has (AVX-512, else AVX2+FMA, else the portable scalar loops below,
+ * which `-DLINNET_SCALAR` forces for tests). Every kernel computes its std op's function within
+ * f32 reordering:
+ *
+ *   linnet_int8_linear:  y[m, o] = scale[o] * sum_i x[m, i] * f32(q[o, i])            (+ bias[o])
+ *   linnet_int4_linear:  y[m, o] = sum_g scale[o, g] * (sum_{i in g} x[m, i] * f32(n[o, i])
+ *                                                      - f32(zero[o, g]) * sum_{i in g} x[m, i])
+ *                        n: ONNX MatMulNBits nibbles, packed [Out, Groups, Group / 2], low first
+ *   linnet_f32_linear:   y[m, o] = sum_i x[m, i] * w[o, i]                             (+ bias[o])
+ *
+ * Batch-1 decoding reads every weight once, so these are written for bandwidth: each OpenMP
+ * thread streams a contiguous block of output rows, ROWS rows at a time (independent
+ * accumulators), every weight byte read once for all M rows of x (the block's bytes stay in
+ * L1 while the M rows go by). The OpenMP runtime is the libgomp.so.1 that torch loaded, so the
+ * threads are torch's own pool and `torch.set_num_threads` counts here too.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if !defined(LINNET_SCALAR) && defined(__AVX512F__) && defined(__AVX512BW__)
+#define LINNET_AVX512 1
+#include <immintrin.h>
+#elif !defined(LINNET_SCALAR) && defined(__AVX2__) && defined(__FMA__)
+#define LINNET_AVX2 1
+#include <immintrin.h>
+#endif
+
+#define ROWS 4          /* output rows per block */
+
+const char *linnet_native_path(void) {
+#if defined(LINNET_AVX512)
+    return "avx512";
+#elif defined(LINNET_AVX2)
+    return "avx2";
+#else
+    return "scalar";
+#endif
+}
+
+int linnet_native_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+/* ---- 16-lane f32 vectors -------------------------------------------------------------- */
+
+#if defined(LINNET_AVX512)
+typedef __m512 vf;
+static inline vf vzero(void) { return _mm512_setzero_ps(); }
+static inline vf vload(const float *p) { return _mm512_loadu_ps(p); }
+static inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
+static inline vf vset1(float s) { return _mm512_set1_ps(s); }
+static inline float vsum(vf a) { return _mm512_reduce_add_ps(a); }
+/* 16 signed bytes -> 16 floats */
+static inline vf vi8(const int8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+/* 16 bytes -> their low and high nibbles as floats */
+static inline void vu4(const uint8_t *p, vf *low, vf *high) {
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    *low = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)));
+    *high = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+}
+#define VECTOR 1
+#elif defined(LINNET_AVX2)
+typedef struct { __m256 a, b; } vf;
+static inline vf vzero(void) { vf r = {_mm256_setzero_ps(), _mm256_setzero_ps()}; return r; }
+static inline vf vload(const float *p) { vf r = {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; return r; }
+static inline vf vfma(vf x, vf y, vf c) {
+    vf r = {_mm256_fmadd_ps(x.a, y.a, c.a), _mm256_fmadd_ps(x.b, y.b, c.b)};
+    return r;
+}
+static inline vf vadd(vf x, vf y) { vf r = {_mm256_add_ps(x.a, y.a), _mm256_add_ps(x.b, y.b)}; return r; }
+static inline vf vset1(float s) { vf r = {_mm256_set1_ps(s), _mm256_set1_ps(s)}; return r; }
+static inline float vsum(vf x) {
+    __m256 s = _mm256_add_ps(x.a, x.b);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+static inline vf vi8(const int8_t *p) {
+    __m128i b = _mm_loadu_si128((const __m128i *)p);
+    vf r = {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)),
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)))};
+    return r;
+}
+static inline void vu4(const uint8_t *p, vf *low, vf *high) {
+    __m128i b = _mm_loadu_si128((const __m128i *)p);
+    __m256i b0 = _mm256_cvtepu8_epi32(b), b1 = _mm256_cvtepu8_epi32(_mm_srli_si128(b, 8));
+    __m256i m = _mm256_set1_epi32(15);
+    low->a = _mm256_cvtepi32_ps(_mm256_and_si256(b0, m));
+    low->b = _mm256_cvtepi32_ps(_mm256_and_si256(b1, m));
+    high->a = _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4));
+    high->b = _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4));
+}
+#define VECTOR 1
+#endif
+
+#ifdef VECTOR
+#define prefetch(p) __builtin_prefetch((const void *)(p), 0, 3)
+#endif
+
+/* Rows [*start, *stop) of `out` for this thread: contiguous blocks, multiples of ROWS. */
+static void share(int64_t out, int64_t *start, int64_t *stop) {
+#ifdef _OPENMP
+    int64_t n = omp_get_num_threads(), t = omp_get_thread_num();
+#else
+    int64_t n = 1, t = 0;
+#endif
+    int64_t blocks = (out + ROWS - 1) / ROWS;
+    int64_t each = blocks / n, extra = blocks % n;
+    int64_t first = t * each + (t < extra ? t : extra);
+    int64_t count = each + (t < extra ? 1 : 0);
+    *start = first * ROWS < out ? first * ROWS : out;
+    *stop = (first + count) * ROWS < out ? (first + count) * ROWS : out;
+}
+
+/* Threads worth waking for `bytes` of weight (at most `asked`, or OpenMP's default when that
+ * is 0): small products run on the calling thread. */
+static int threads_for(int64_t bytes, int asked) {
+#ifdef _OPENMP
+    int n = asked > 0 ? asked : omp_get_max_threads();
+    if (omp_in_parallel()) return 1;
+    int64_t most = bytes / (64 * 1024);
+    if (most < 1) most = 1;
+    return n < most ? n : (int)most;
+#else
+    (void)bytes;
+    (void)asked;
+    return 1;
+#endif
+}
+
+/* ---- int8 per-row --------------------------------------------------------------------- */
+
+static void int8_rows(const float *x, int64_t m, int64_t in, const int8_t *q, const float *scale,
+                      const float *bias, float *y, int64_t out, int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; o += ROWS) {
+        int64_t rows = o1 - o < ROWS ? o1 - o : ROWS;
+        const int8_t *w[ROWS];
+        for (int r = 0; r < ROWS; r++) w[r] = q + (o + (r < rows ? r : 0)) * in;
+        const int8_t *ahead = q + (o + ROWS < o1 ? o + ROWS : o) * in;
+        for (int64_t b = 0; b < m; b++) {
+            const float *xb = x + b * in;
+            float dot[ROWS] = {0};
+            int64_t i = 0;
+#ifdef VECTOR
+            vf acc[ROWS];
+            for (int r = 0; r < ROWS; r++) acc[r] = vzero();
+            for (; i + 16 <= in; i += 16) {
+                vf xv = vload(xb + i);
+                if (b == 0) prefetch(ahead + ROWS * i);
+                for (int r = 0; r < ROWS; r++) acc[r] = vfma(xv, vi8(w[r] + i), acc[r]);
+            }
+            for (int r = 0; r < ROWS; r++) dot[r] = vsum(acc[r]);
+#endif
+            for (; i < in; i++)
+                for (int r = 0; r < ROWS; r++) dot[r] += xb[i] * (float)w[r][i];
+            for (int r = 0; r < rows; r++)
+                y[b * out + o + r] = scale[o + r] * dot[r] + (bias ? bias[o + r] : 0.0f);
+        }
+    }
+}
+
+int linnet_int8_linear(const float *x, int64_t m, int64_t in, const int8_t *q, const float *scale,
+                       const float *bias, float *y, int64_t out, int asked) {
+    int threads = threads_for(out * in, asked);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int64_t o0, o1;
+        share(out, &o0, &o1);
+        int8_rows(x, m, in, q, scale, bias, y, out, o0, o1);
+    }
+    return 0;
+}
+
+/* ---- int4 groups (MatMulNBits layout) ------------------------------------------------- */
+
+/* For each of the M rows of x: its even and odd elements apart (byte k of a weight row holds
+ * elements 2k, low nibble, and 2k + 1, high nibble) and the sum of each group. */
+static void split_rows(const float *x, int64_t m, int64_t in, int64_t group, float *even,
+                       float *odd, float *sums) {
+    int64_t half = in / 2, groups = in / group;
+    for (int64_t b = 0; b < m; b++) {
+        const float *xb = x + b * in;
+        for (int64_t k = 0; k < half; k++) {
+            even[b * half + k] = xb[2 * k];
+            odd[b * half + k] = xb[2 * k + 1];
+        }
+        for (int64_t g = 0; g < groups; g++) {
+            float s = 0.0f;
+            for (int64_t i = 0; i < group; i++) s += xb[g * group + i];
+            sums[b * groups + g] = s;
+        }
+    }
+}
+
+#if defined(LINNET_AVX512)
+/* Groups of 128 or more inputs: 64 bytes (a group's chunk) are 16 dwords, and nibble k of
+ * dword j is element 8j + k of the chunk, so x is permuted once per call to `[chunk][k][j]`
+ * and every nibble becomes a float with a shift and one bit-select, no conversion: the f32
+ * with the bits 0x3F800000 | n << 19 is exactly 1 + n / 16. So sum_i x_i n_i =
+ * 16 sum_i x_i f_i - 16 sum_i x_i, and a group contributes
+ * 16 s sum_i x_i f_i - s (16 + zero) sum_i x_i (the same sums as the std body, regrouped). */
+static void permute_chunks(const float *x, int64_t m, int64_t in, float *xp) {
+    for (int64_t b = 0; b < m; b++)
+        for (int64_t c = 0; c < in / 128; c++)
+            for (int k = 0; k < 8; k++)
+                for (int j = 0; j < 16; j++)
+                    xp[b * in + c * 128 + k * 16 + j] = x[b * in + c * 128 + 8 * j + k];
+}
+
+#define NIBBLE(t, k)                                                                          \
+    _mm512_castsi512_ps(_mm512_ternarylogic_epi32(                                             \
+        (k) <= 4 ? _mm512_slli_epi32(t, 19 - 4 * (k)) : _mm512_srli_epi32(t, 4 * (k) - 19),   \
+        _mm512_set1_epi32(0x00780000), _mm512_set1_epi32(0x3F800000), 0xEA))
+
+#ifndef WROWS
+#define WROWS 4
+#endif
+#define MTILE 4 /* rows of x per pass over a block of weight rows */
+
+/* Rows [o, o + rows) of y for rows b0 .. b0 + MT - 1 of x: each chunk of each weight row is
+ * turned into floats once for all MT rows of x. */
+static inline __attribute__((always_inline)) void int4_wide_tile(
+    const float *xp, const float *sums, int64_t b0, const int MT, int64_t in,
+    const uint8_t *packed, const float *scale, const uint8_t *zero, int64_t group,
+    const float *bias, float *y, int64_t out, int64_t o, int64_t rows, const uint8_t *ahead) {
+    int64_t half = in / 2, groups = in / group, chunks = group / 128;
+    int64_t row[WROWS];
+    for (int r = 0; r < WROWS; r++) row[r] = o + (r < rows ? r : 0);
+    __m512 tot[WROWS][MTILE];
+    for (int r = 0; r < WROWS; r++)
+        for (int b = 0; b < MT; b++) tot[r][b] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        __m512 acc[WROWS][MTILE];
+        for (int r = 0; r < WROWS; r++)
+            for (int b = 0; b < MT; b++) acc[r][b] = _mm512_setzero_ps();
+        for (int64_t c = g * chunks; c < (g + 1) * chunks; c++) {
+            __m512i t[WROWS];
+            if (ahead)
+                for (int r = 0; r < WROWS; r++) prefetch(ahead + (c * WROWS + r) * 64);
+            for (int r = 0; r < WROWS; r++)
+                t[r] = _mm512_loadu_si512((const void *)(packed + row[r] * half + c * 64));
+            for (int k = 0; k < 8; k++) {
+                __m512 f[WROWS];
+                for (int r = 0; r < WROWS; r++) f[r] = NIBBLE(t[r], k);
+                for (int b = 0; b < MT; b++) {
+                    __m512 xv = _mm512_loadu_ps(xp + (b0 + b) * in + c * 128 + 16 * k);
+                    for (int r = 0; r < WROWS; r++) acc[r][b] = _mm512_fmadd_ps(xv, f[r], acc[r][b]);
+                }
+            }
+        }
+        for (int r = 0; r < WROWS; r++) {
+            __m512 s = _mm512_set1_ps(scale[row[r] * groups + g]);
+            for (int b = 0; b < MT; b++) tot[r][b] = _mm512_fmadd_ps(acc[r][b], s, tot[r][b]);
+        }
+    }
+    /* sum_g scale (16 + zero) sum(x in g), sixteen groups at a time */
+    for (int r = 0; r < rows; r++) {
+        const float *sr = scale + row[r] * groups;
+        const uint8_t *zr = zero + row[r] * groups;
+        for (int b = 0; b < MT; b++) {
+            const float *xs = sums + (b0 + b) * groups;
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t g = 0; g < groups; g += 16) {
+                __mmask16 k = groups - g >= 16 ? 0xFFFF : (__mmask16)((1u << (groups - g)) - 1);
+                __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, zr + g)));
+                __m512 sz = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, sr + g),
+                                          _mm512_add_ps(z, _mm512_set1_ps(16.0f)));
+                acc = _mm512_fmadd_ps(sz, _mm512_maskz_loadu_ps(k, xs + g), acc);
+            }
+            y[(b0 + b) * out + o + r] = 16.0f * _mm512_reduce_add_ps(tot[r][b]) -
+                                        _mm512_reduce_add_ps(acc) + (bias ? bias[o + r] : 0.0f);
+        }
+    }
+}
+
+static void int4_rows_wide(const float *xp, const float *sums, int64_t m, int64_t in,
+                           const uint8_t *packed, const float *scale, const uint8_t *zero,
+                           int64_t group, const float *bias, float *y, int64_t out, int64_t o0,
+                           int64_t o1) {
+    int64_t half = in / 2;
+    for (int64_t o = o0; o < o1; o += WROWS) {
+        int64_t rows = o1 - o < WROWS ? o1 - o : WROWS;
+        /* the next block, at the pace this one is read (on the first pass only) */
+        const uint8_t *ahead = packed + (o + WROWS < o1 ? o + WROWS : o) * half;
+        for (int64_t b = 0; b < m; b += MTILE) {
+            const uint8_t *pf = b == 0 ? ahead : NULL;
+#define TILE(n) int4_wide_tile(xp, sums, b, n, in, packed, scale, zero, group, bias, y, out, o, rows, pf)
+            switch (m - b >= MTILE ? MTILE : m - b) {
+                case 1: TILE(1); break;
+                case 2: TILE(2); break;
+                case 3: TILE(3); break;
+                default: TILE(MTILE); break;
+            }
+#undef TILE
+        }
+    }
+}
+#endif
+
+static void int4_rows(const float *even, const float *odd, const float *sums, int64_t m,
+                      int64_t in, const uint8_t *packed, const float *scale, const uint8_t *zero,
+                      int64_t group, const float *bias, float *y, int64_t out, int64_t o0,
+                      int64_t o1) {
+    int64_t half = in / 2, groups = in / group, gh = group / 2;
+    for (int64_t o = o0; o < o1; o += ROWS) {
+        int64_t rows = o1 - o < ROWS ? o1 - o : ROWS;
+        int64_t rr[ROWS];
+        for (int r = 0; r < ROWS; r++) rr[r] = o + (r < rows ? r : 0);
+        for (int64_t b = 0; b < m; b++) {
+            const float *xe = even + b * half, *xo = odd + b * half, *xs = sums + b * groups;
+            float total[ROWS] = {0};
+#ifdef VECTOR
+            vf tot[ROWS];
+            for (int r = 0; r < ROWS; r++) tot[r] = vzero();
+#endif
+            for (int64_t g = 0; g < groups; g++) {
+                int64_t k = g * gh, end = k + gh;
+                float part[ROWS] = {0};
+#ifdef VECTOR
+                vf lo[ROWS], hi[ROWS];
+                for (int r = 0; r < ROWS; r++) lo[r] = hi[r] = vzero();
+                for (; k + 16 <= end; k += 16) {
+                    vf e = vload(xe + k), d = vload(xo + k);
+                    if (b == 0) prefetch(packed + (o + ROWS < o1 ? o + ROWS : o) * half + ROWS * k);
+                    for (int r = 0; r < ROWS; r++) {
+                        vf nl, nh;
+                        vu4(packed + rr[r] * half + k, &nl, &nh);
+                        lo[r] = vfma(e, nl, lo[r]);
+                        hi[r] = vfma(d, nh, hi[r]);
+                    }
+                }
+                for (int r = 0; r < ROWS; r++)
+                    tot[r] = vfma(vadd(lo[r], hi[r]), vset1(scale[rr[r] * groups + g]), tot[r]);
+#endif
+                for (; k < end; k++)
+                    for (int r = 0; r < ROWS; r++) {
+                        uint8_t v = packed[rr[r] * half + k];
+                        part[r] += xe[k] * (float)(v & 15) + xo[k] * (float)(v >> 4);
+                    }
+                for (int r = 0; r < ROWS; r++) {
+                    float s = scale[rr[r] * groups + g];
+                    total[r] += s * (part[r] - (float)zero[rr[r] * groups + g] * xs[g]);
+                }
+            }
+            for (int r = 0; r < rows; r++) {
+                float v = total[r];
+#ifdef VECTOR
+                v += vsum(tot[r]);
+#endif
+                y[b * out + o + r] = v + (bias ? bias[o + r] : 0.0f);
+            }
+        }
+    }
+}
+
+int linnet_int4_linear(const float *x, int64_t m, int64_t in, const uint8_t *packed,
+                       const float *scale, const uint8_t *zero, int64_t group, const float *bias,
+                       float *y, int64_t out, int asked) {
+    if (group <= 0 || group % 2 != 0 || in % group != 0) return 1;
+    int64_t half = in / 2, groups = in / group;
+    float *buffer = (float *)malloc(sizeof(float) * (size_t)(m * (2 * half + groups)));
+    if (buffer == NULL) return 2;
+    float *even = buffer, *odd = buffer + m * half, *sums = buffer + 2 * m * half;
+    split_rows(x, m, in, group, even, odd, sums);
+    int wide = 0;
+#if defined(LINNET_AVX512)
+    wide = group % 128 == 0;
+    if (wide) permute_chunks(x, m, in, even); /* `even` and `odd` together hold m * in floats */
+#endif
+    int threads = threads_for(out * half, asked);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int64_t o0, o1;
+        share(out, &o0, &o1);
+#if defined(LINNET_AVX512)
+        if (wide)
+            int4_rows_wide(even, sums, m, in, packed, scale, zero, group, bias, y, out, o0, o1);
+        else
+#endif
+            int4_rows(even, odd, sums, m, in, packed, scale, zero, group, bias, y, out, o0, o1);
+    }
+    free(buffer);
+    return 0;
+}
+
+/* ---- f32 ------------------------------------------------------------------------------ */
+
+static void f32_rows(const float *x, int64_t m, int64_t in, const float *w, const float *bias,
+                     float *y, int64_t out, int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; o += ROWS) {
+        int64_t rows = o1 - o < ROWS ? o1 - o : ROWS;
+        const float *wr[ROWS];
+        for (int r = 0; r < ROWS; r++) wr[r] = w + (o + (r < rows ? r : 0)) * in;
+        const float *ahead = w + (o + ROWS < o1 ? o + ROWS : o) * in;
+        for (int64_t b = 0; b < m; b++) {
+            const float *xb = x + b * in;
+            float dot[ROWS] = {0};
+            int64_t i = 0;
+#ifdef VECTOR
+            vf acc[ROWS];
+            for (int r = 0; r < ROWS; r++) acc[r] = vzero();
+            for (; i + 16 <= in; i += 16) {
+                vf xv = vload(xb + i);
+                if (b == 0)
+                    for (int r = 0; r < ROWS; r++) prefetch(ahead + ROWS * i + 16 * r);
+                for (int r = 0; r < ROWS; r++) acc[r] = vfma(xv, vload(wr[r] + i), acc[r]);
+            }
+            for (int r = 0; r < ROWS; r++) dot[r] = vsum(acc[r]);
+#endif
+            for (; i < in; i++)
+                for (int r = 0; r < ROWS; r++) dot[r] += xb[i] * wr[r][i];
+            for (int r = 0; r < rows; r++)
+                y[b * out + o + r] = dot[r] + (bias ? bias[o + r] : 0.0f);
+        }
+    }
+}
+
+int linnet_f32_linear(const float *x, int64_t m, int64_t in, const float *w, const float *bias,
+                      float *y, int64_t out, int asked) {
+    int threads = threads_for(out * in * 4, asked);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int64_t o0, o1;
+        share(out, &o0, &o1);
+        f32_rows(x, m, in, w, bias, y, out, o0, o1);
+    }
+    return 0;
+}
