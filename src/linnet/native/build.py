@@ -40,8 +40,9 @@ from linnet.records import record
 
 SOURCE = Path(__file__).with_name("kernels.c")
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-std=c11")
-SCALAR = ("-DLINNET_SCALAR",)
-"""Extra flags forcing the portable loops (tests check that path on vector CPUs)."""
+VARIANTS = {"native": (), "avx2": ("-mno-avx512f",), "scalar": ("-DLINNET_SCALAR",)}
+"""Extra flags: the widest path this CPU has, AVX2 at most, the portable loops (tests check
+every path on an AVX-512 CPU)."""
 LIBRARY = "liblinnet_kernels.so"
 COMPILE_TIMEOUT = 120.0
 

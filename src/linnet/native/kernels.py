@@ -18,7 +18,7 @@ import ctypes
 import os
 from pathlib import Path
 
-from linnet.native.build import SCALAR, BuildFailed, build
+from linnet.native.build import VARIANTS, BuildFailed, build
 from linnet.records import record
 
 _P = ctypes.c_void_p
@@ -117,43 +117,46 @@ class Kernels:
         self._f32(x, rows, into, w, bias, y, out, threads)
 
 
-_loaded: dict[bool, Kernels | None] = {}
-_status: dict[bool, Status] = {}
+_loaded: dict[str, Kernels | None] = {}
+_status: dict[str, Status] = {}
 
 
 def enabled() -> bool:
     return os.environ.get("LINNET_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def kernels(*, scalar: bool = False) -> Kernels | None:
-    """The library (built on first use), or None when disabled or unbuildable (`status`)."""
-    if scalar in _loaded:
-        return _loaded[scalar]
+def kernels(variant: str = "native") -> Kernels | None:
+    """The library (built on first use), or None when disabled or unbuildable (`status`).
+
+    `variant`: `native` (what the models use), `avx2` or `scalar` (the other compiled paths,
+    for tests on a CPU that has AVX-512)."""
+    if variant in _loaded:
+        return _loaded[variant]
     found: Kernels | None = None
     if not enabled():
-        _status[scalar] = Status(False, "disabled by LINNET_NATIVE=0")
+        _status[variant] = Status(False, "disabled by LINNET_NATIVE=0")
     else:
         try:
-            built = build(SCALAR if scalar else ())
+            built = build(VARIANTS[variant])
             found = Kernels(built.path)
-            _status[scalar] = Status(
+            _status[variant] = Status(
                 True, "", found.path, built.path, built.seconds, found.threads()
             )
         except BuildFailed as exc:
-            _status[scalar] = Status(False, str(exc))
+            _status[variant] = Status(False, str(exc))
         except OSError as exc:  # the library would not load
-            _status[scalar] = Status(False, f"cannot load the compiled kernels: {exc}")
-    _loaded[scalar] = found
+            _status[variant] = Status(False, f"cannot load the compiled kernels: {exc}")
+    _loaded[variant] = found
     return found
 
 
-def status(*, scalar: bool = False) -> Status:
+def status(variant: str = "native") -> Status:
     """Whether the kernels are available, and why not (builds them if not tried yet)."""
-    found = kernels(scalar=scalar)
+    found = kernels(variant)
     if found is not None:
-        now = _status[scalar]
+        now = _status[variant]
         return Status(True, "", now.path, now.library, now.compile_seconds, found.threads())
-    return _status[scalar]
+    return _status[variant]
 
 
 def forget() -> None:
