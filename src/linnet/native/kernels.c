@@ -12,8 +12,9 @@
  *   linnet_f32_linear:   y[m, o] = sum_i x[m, i] * w[o, i]                             (+ bias[o])
  *
  * Batch-1 decoding reads every weight once, so these are written for bandwidth: each OpenMP
- * thread streams a contiguous block of output rows, ROWS rows at a time (independent
- * accumulators), every weight byte read once for all M rows of x (the block's bytes stay in
+ * thread streams contiguous pieces of output rows (about 128 KiB of weight each, taken in
+ * turn), a few rows at a time (independent accumulators), every weight byte read once for
+ * all M rows of x (the block's bytes stay in
  * L1 while the M rows go by). The OpenMP runtime is the libgomp.so.1 that torch loaded, so the
  * threads are torch's own pool and `torch.set_num_threads` counts here too.
  */
@@ -113,21 +114,26 @@ static inline void vu4(const uint8_t *p, vf *low, vf *high) {
 #define prefetch(p) __builtin_prefetch((const void *)(p), 0, 3)
 #endif
 
-/* Rows [*start, *stop) of `out` for this thread: contiguous, in units of SHARE rows. */
-#define SHARE 48
-static void share(int64_t out, int64_t *start, int64_t *stop) {
-#ifdef _OPENMP
-    int64_t n = omp_get_num_threads(), t = omp_get_thread_num();
-#else
-    int64_t n = 1, t = 0;
-#endif
-    int64_t blocks = (out + SHARE - 1) / SHARE;
-    int64_t each = blocks / n, extra = blocks % n;
-    int64_t first = t * each + (t < extra ? t : extra);
-    int64_t count = each + (t < extra ? 1 : 0);
-    *start = first * SHARE < out ? first * SHARE : out;
-    *stop = (first + count) * SHARE < out ? (first + count) * SHARE : out;
+/* Rows per piece of work: a multiple of 24 (whole blocks of 4, 6 or 8 rows) holding about
+ * 128 KiB of weight. Threads take pieces in turn (OpenMP's dynamic schedule) rather than
+ * a fixed half each: on a shared machine one thread is often slowed or descheduled for a
+ * while, and the others then take its pieces instead of waiting for it. */
+static int64_t piece_rows(int64_t row_bytes) {
+    int64_t rows = (128 * 1024) / (row_bytes > 0 ? row_bytes : 1);
+    rows = (rows + 23) / 24 * 24;
+    return rows < 24 ? 24 : rows;
 }
+
+/* Runs body(o0, o1) over the pieces of `out` rows on `threads` threads. */
+#define PIECES(out, row_bytes, threads, body)                                         \
+    do {                                                                              \
+        int64_t piece_ = piece_rows(row_bytes), count_ = ((out) + piece_ - 1) / piece_; \
+        _Pragma("omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)") \
+        for (int64_t p_ = 0; p_ < count_; p_++) {                                      \
+            int64_t o0 = p_ * piece_, o1 = o0 + piece_ < (out) ? o0 + piece_ : (out);   \
+            body;                                                                     \
+        }                                                                             \
+    } while (0)
 
 /* Threads worth waking for `bytes` of weight (at most `asked`, or OpenMP's default when that
  * is 0): small products run on the calling thread. */
@@ -181,12 +187,7 @@ static void int8_rows(const float *x, int64_t m, int64_t in, const int8_t *q, co
 int linnet_int8_linear(const float *x, int64_t m, int64_t in, const int8_t *q, const float *scale,
                        const float *bias, float *y, int64_t out, int asked) {
     int threads = threads_for(out * in, asked);
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        int64_t o0, o1;
-        share(out, &o0, &o1);
-        int8_rows(x, m, in, q, scale, bias, y, out, o0, o1);
-    }
+    PIECES(out, in, threads, int8_rows(x, m, in, q, scale, bias, y, out, o0, o1));
     return 0;
 }
 
@@ -395,17 +396,14 @@ int linnet_int4_linear(const float *x, int64_t m, int64_t in, const uint8_t *pac
     if (wide) permute_chunks(x, m, in, even); /* `even` and `odd` together hold m * in floats */
 #endif
     int threads = threads_for(out * half, asked);
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        int64_t o0, o1;
-        share(out, &o0, &o1);
 #if defined(LINNET_AVX512)
-        if (wide)
-            int4_rows_wide(even, sums, m, in, packed, scale, zero, group, bias, y, out, o0, o1);
-        else
+    if (wide)
+        PIECES(out, half, threads,
+               int4_rows_wide(even, sums, m, in, packed, scale, zero, group, bias, y, out, o0, o1));
+    else
 #endif
-            int4_rows(even, odd, sums, m, in, packed, scale, zero, group, bias, y, out, o0, o1);
-    }
+        PIECES(out, half, threads,
+               int4_rows(even, odd, sums, m, in, packed, scale, zero, group, bias, y, out, o0, o1));
     free(buffer);
     return 0;
 }
@@ -447,11 +445,6 @@ static void f32_rows(const float *x, int64_t m, int64_t in, const float *w, cons
 int linnet_f32_linear(const float *x, int64_t m, int64_t in, const float *w, const float *bias,
                       float *y, int64_t out, int asked) {
     int threads = threads_for(out * in * 4, asked);
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        int64_t o0, o1;
-        share(out, &o0, &o1);
-        f32_rows(x, m, in, w, bias, y, out, o0, o1);
-    }
+    PIECES(out, 4 * in, threads, f32_rows(x, m, in, w, bias, y, out, o0, o1));
     return 0;
 }

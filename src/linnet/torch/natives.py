@@ -23,13 +23,18 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.norm::batch_norm` | `F.batch_norm(training=False)` on f32, cast to `T` |
 | `std.nn.norm::group_norm` | `F.group_norm` on f32 (no affine), cast to `T`, then the per-channel affine in `T` |
 | `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 |
-| `std.quant::linear_int8`, `linear_int4_groups`, `linear_fp8`, `linear_mxfp4` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
+| `std.quant::linear_int8`, `linear_int4_groups` | on the CPU in f32 without autograd, up to 32 rows: `linnet.native`'s kernels on the packed bytes (batch-1 decoding reads 1 or 0.54 byte a weight, not 4); otherwise the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
+| `std.quant::linear_fp8`, `linear_mxfp4` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.nn.loss::linear_token_log_probs`, `linear_cross_entropy` | row blocks that never hold the `[N, V]` logits (`linnet.torch.chunked_loss`) |
 | `std.nn.cache::write_at` | `index_copy` of the one row (out of place) |
 | `std.nn.cache::write_span` at a constant position | the cache slices and the span, concatenated |
 | `std.nn.cache::write_rows` | one copy of the cache, each row's position assigned by index |
 | `std.nn.cache::write_slots` at a constant position | one copy of the cache, the listed rows assigned by index |
 | `std.nn.parallel::{all_reduce, all_gather, shared}`, when a tensor-parallel load marked them | collectives over the ranks (`linnet.torch.parallel`) |
+
+`linnet.native` also has an f32 one-row kernel; measured against oneDNN's linear on the
+TinyLlama shapes (bench/quant_kernels.py, one and two threads) it was level (within 10%
+either way), so the f32 linear stays on oneDNN and the kernel serves the comparison.
 
 A cache write whose cache is a state read that nothing uses afterwards
 (`Context.donated`, found by the code generator) writes into the state's
