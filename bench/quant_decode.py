@@ -32,9 +32,12 @@ with a note) decodes GGUF files of the same weights, each in a child process
 int8 checkpoint's integers (`Int8Linear` rows are Q8_0 blocks with the row's
 scale), Q4_0 from the f32 file by llama.cpp's `llama_model_quantize` (the
 int4 group-128 asymmetric layout has no GGUF block type; the run says which
-way each file was made), with `--threads` threads (default: the CPUs this
+way each file was made), with `--threads` threads (also linnet.torch's, by
+`torch.set_num_threads`; ONNX Runtime keeps its default pool; default: the CPUs this
 process may use, ONNX Runtime's default pool size here), the same prompt and
-number of new tokens, greedy, decode timed alone. The `vs llama.cpp` column is
+number of new tokens, greedy, decode timed alone, its rounds alternating with
+ours (each of its rounds a child process of its own: one warm-up, one timed
+decode), so that a busy machine slows both alike. The `vs llama.cpp` column is
 ours over llama.cpp's rate at the matching precision (f32 / Q8_0 / Q4_0).
 
 `--extra fp8,mxfp4` adds the FP8 (E4M3 rows) and MXFP4 variants
@@ -145,7 +148,7 @@ def main() -> None:
     parser.add_argument("--extra", default="", help="comma-separated: fp8, mxfp4")
     parser.add_argument(
         "--threads", type=int, default=len(os.sched_getaffinity(0)),
-        help="llama.cpp's threads (default: the CPUs this process may use)",
+        help="llama.cpp's and linnet.torch's threads (default: the CPUs this process may use)",
     )  # fmt: skip
     parser.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out")
     parser.add_argument(
@@ -168,6 +171,7 @@ def run(args: argparse.Namespace, folder: Path) -> None:
 
     import torch
 
+    torch.set_num_threads(args.threads)
     import linnet.onnx
     import linnet.torch
     from linnet.ir.core import TensorType
@@ -263,27 +267,43 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             runs.append(lambda m=module: torch_decode(m, prompt, args.new))
             packed = name in ("int8", f"int4-g{group}") and native_kernels is not None
             labels.append(("linnet.torch", stored if packed else dense))
-        for go, (label, per_token) in zip(runs, labels, strict=True):
-            progress(f"{name}: {label} decoding")
-            kept, _ = go()  # warm-up (lowering, session creation, dequantise once)
-            seconds = statistics.median(go()[1] for _ in range(args.rounds))
-            rows.append((label, label, name, name, seconds, per_token))
-            tokens[(label, name)] = kept
-            resident[(label, name)] = rss()
-            progress(f"{name}: {label}: {steps / seconds:.2f} tokens/s, RSS {rss() / 1e9:.1f} GB")
-        del model, fast, module, runs  # before llama.cpp maps its file, and the next variant
         outtype = peer_of(name)
-        if outtype in ggufs:
-            progress(f"{name}: llama.cpp {outtype} decoding (child process)")
-            done = peer.decode_in_child(
-                ggufs[outtype][0], prompt[0].tolist(), args.new, args.threads, args.rounds
+        with_gguf = outtype in ggufs
+        label_peer = f"llama.cpp, {args.threads} thread{'s' if args.threads > 1 else ''}"
+        for go, (label, _) in zip(runs, labels, strict=True):
+            progress(f"{name}: {label} warm-up")
+            tokens[(label, name)] = go()[0]  # lowering, session creation, dequantise once
+            resident[(label, name)] = rss()
+        # alternated rounds: ours, then llama.cpp's (a child process each), `rounds` times, so
+        # that a busy machine slows both alike
+        ours: list[list[float]] = [[] for _ in runs]
+        theirs: list[float] = []
+        peer_done: dict[str, Any] = {}
+        for round_ in range(args.rounds):
+            for i, go in enumerate(runs):
+                ours[i].append(go()[1])
+            if with_gguf:
+                assert outtype is not None
+                peer_done = peer.decode_in_child(
+                    ggufs[outtype][0], prompt[0].tolist(), args.new, args.threads, 1
+                )
+                theirs.append(peer_done["seconds"])
+            progress(
+                f"{name} round {round_ + 1}: "
+                + ", ".join(
+                    f"{who} {steps / t[-1]:.2f}" for (who, _), t in zip(labels, ours, strict=True)
+                )
+                + (f", {label_peer} {outtype} {steps / theirs[-1]:.2f} tokens/s" if theirs else "")
             )
-            label = f"llama.cpp, {args.threads} threads"
+        for (label, per_token), times in zip(labels, ours, strict=True):
+            rows.append((label, label, name, name, statistics.median(times), per_token))
+        del model, fast, module, runs  # before the next variant
+        if with_gguf:
+            assert outtype is not None
             # llama.cpp's KV cache is f16 by default
-            rows.append((label, label, outtype.upper(), name, done["seconds"],
-                         done["bytes"] + 2 * cache))  # fmt: skip
-            tokens[(label, outtype.upper())] = done["tokens"]
-            progress(f"{name}: {label} {outtype}: {steps / done['seconds']:.2f} tokens/s")
+            rows.append((label_peer, label_peer, outtype.upper(), name, statistics.median(theirs),
+                         peer_done["bytes"] + 2 * cache))  # fmt: skip
+            tokens[(label_peer, outtype.upper())] = peer_done["tokens"]
 
     print(
         f"# Llama {sizes}, batch 1, prompt {args.prompt}, {args.new} new tokens "

@@ -90,15 +90,19 @@ def dequantize_int4_groups(
 
 def _native_rows(x: torch.Tensor, *parts: torch.Tensor | None) -> int:
     """Rows of `x` for the native kernels, or 0 where the dequantised path must run: not the
-    CPU, not f32, a tensor subclass, a gradient to record, no rows or too many."""
-    if x.device.type != "cpu" or x.dtype != torch.float32 or type(x) is not torch.Tensor:
+    CPU, not f32, a tensor subclass, a gradient to record, no rows or too many. (Written for
+    speed: a decode step makes ~150 of these calls.)"""
+    if type(x) is not torch.Tensor or not x.is_cpu or x.dtype is not torch.float32:
         return 0
-    tensors = [x, *(p for p in parts if p is not None)]
-    if any(type(t) is not torch.Tensor or t.device.type != "cpu" for t in tensors):
+    for t in parts:
+        if t is not None and (type(t) is not torch.Tensor or not t.is_cpu):
+            return 0
+    if torch.is_grad_enabled() and (
+        x.requires_grad or any(t is not None and t.requires_grad for t in parts)
+    ):
         return 0
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return 0
-    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    into = x.shape[-1]
+    rows = x.numel() // into if into else 0
     return rows if 0 < rows <= NATIVE_ROWS else 0
 
 
