@@ -107,9 +107,19 @@ def cache_key(source: bytes, flags: tuple[str, ...], version: str) -> str:
 
 
 def build(extra: tuple[str, ...] = ()) -> Built:
-    """The library for `extra` flags, from the cache or compiled now."""
+    """The library for `extra` flags, from the cache or compiled now; a compiler without
+    OpenMP (`-fopenmp` fails) gives a one-thread library."""
+    try:
+        return _build((*FLAGS, *extra))
+    except BuildFailed as first:
+        try:
+            return _build(tuple(f for f in (*FLAGS, *extra) if f != "-fopenmp"))
+        except BuildFailed:
+            raise first from None
+
+
+def _build(flags: tuple[str, ...]) -> Built:
     cc = compiler()
-    flags = (*FLAGS, *extra)
     source = SOURCE.read_bytes()
     folder = cache_root() / cache_key(source, flags, _compiler_version(cc))
     target = folder / LIBRARY
