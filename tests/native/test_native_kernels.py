@@ -198,3 +198,30 @@ def test_natives_quant_runs_the_kernel_without_a_dense_copy() -> None:
     assert id(packed) not in natives_quant._cache
     dense = natives_quant.dequantize_int4_groups(packed, scale, zero, torch.float64)
     torch.testing.assert_close(got.double(), x.double() @ dense.T, rtol=1e-5, atol=1e-5)
+
+
+def test_a_compiler_without_openmp_gives_a_one_thread_library(
+    fresh: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    import shutil
+
+    real = shutil.which("cc")
+    if real is None:
+        pytest.skip("no `cc` here")
+    script = tmp_path / "cc"
+    script.write_text(
+        f'#!/bin/sh\nfor a in "$@"; do [ "$a" = -fopenmp ] && exit 1; done\nexec {real} "$@"\n'
+    )
+    script.chmod(0o755)
+    fresh.setenv("LINNET_NATIVE_CACHE", str(tmp_path / "cache"))
+    fresh.setenv("CC", str(script))
+    found = native.kernels()
+    assert found is not None and found.threads() == 1
+    x, q, scale = (
+        torch.randn(2, 40),
+        torch.randint(-128, 128, (3, 40), dtype=torch.int8),
+        torch.rand(3),
+    )
+    y = torch.empty(2, 3)
+    found.int8_linear(x.data_ptr(), 2, 40, q.data_ptr(), scale.data_ptr(), None, y.data_ptr(), 3, 2)
+    torch.testing.assert_close(y, x @ (q.float() * scale[:, None]).T, rtol=1e-5, atol=1e-5)
