@@ -16,6 +16,7 @@ there leave `natives_quant` on the dequantised path, with the reason in
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -225,3 +226,13 @@ def test_a_compiler_without_openmp_gives_a_one_thread_library(
     y = torch.empty(2, 3)
     found.int8_linear(x.data_ptr(), 2, 40, q.data_ptr(), scale.data_ptr(), None, y.data_ptr(), 3, 2)
     torch.testing.assert_close(y, x @ (q.float() * scale[:, None]).T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc (Linux)")
+def test_one_openmp_runtime_is_mapped() -> None:
+    """The kernels' OpenMP runtime is the libgomp torch loaded: one thread pool, not two."""
+    if native.kernels() is None:
+        pytest.skip(f"no native kernels: {native.status().reason}")
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    runtimes = {line.split()[-1] for line in maps if "libgomp" in line}
+    assert len(runtimes) == 1, runtimes
