@@ -13,7 +13,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 
 | callee | native |
 | --- | --- |
-| `std.nn.linear::linear` | `F.linear`; on the CPU in f32/bf16 without autograd, oneDNN's linear (`linear_cpu`) |
+| `std.nn.linear::linear` | `F.linear`; on the CPU in f32/bf16 without autograd, oneDNN's linear (`linear_cpu`), or for f32 with up to 32 rows `linnet.native`'s f32 kernel |
 | `std.nn.norm::rms_norm` | `F.rms_norm` on f32, cast to `T`, times the weight (the spec's order) |
 | `std.nn.softmax::softmax` | `torch.softmax` on f32, cast to `T` |
 | `std.nn.activations::silu`, `sigmoid` | `F.silu`, `torch.sigmoid` |
@@ -32,11 +32,10 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.cache::write_slots` at a constant position | one copy of the cache, the listed rows assigned by index |
 | `std.nn.parallel::{all_reduce, all_gather, shared}`, when a tensor-parallel load marked them | collectives over the ranks (`linnet.torch.parallel`) |
 
-`linnet.native` also has an f32 one-row kernel; measured against oneDNN's linear on the
-TinyLlama shapes (bench/quant_kernels.py, one and two threads) it was level within this
-shared machine's run-to-run noise (the 32000 x 2048 `lm_head` at two threads: 8.3 ms
-against oneDNN's 6.9 in one run, 6.3 against 8.7 in the next), so the f32 linear stays on
-oneDNN and the kernel serves the comparison.
+`linnet.native`'s f32 kernel serves f32 linears of up to 32 rows on the CPU (inside
+`linear_cpu`): alone, on the TinyLlama shapes (bench/quant_kernels.py), it is level with
+oneDNN's within this shared machine's noise, but in a decode step it was faster, and
+much faster while another process held a core (`linear_cpu` has the figures).
 
 A cache write whose cache is a state read that nothing uses afterwards
 (`Context.donated`, found by the code generator) writes into the state's
@@ -70,7 +69,13 @@ from linnet.ir.core import FLOAT_DTYPES, Op, TensorType
 from linnet.records import record
 from linnet.torch import chunked_loss
 from linnet.torch.dtypes import storage
-from linnet.torch.natives_quant import linear_fp8, linear_int4_groups, linear_int8, linear_mxfp4
+from linnet.torch.natives_quant import (
+    linear_fp8,
+    linear_int4_groups,
+    linear_int8,
+    linear_mxfp4,
+    native_linear_f32,
+)
 from linnet.torch.ops import Context, Kernel
 
 MASKED_SCORE = -1e30
@@ -161,6 +166,12 @@ def linear_cpu(
     linear on the same row-major weight (no copy, no reordered duplicate) is as fast
     for one row and 1.5-3x faster for 8-32 rows (a batched decode step), and ONNX
     Runtime's MLAS sits near it. Same sums in another order: within f32 rounding.
+    f32 with up to `natives_quant.NATIVE_ROWS` rows (a decode step) runs on
+    `linnet.native`'s f32 kernel instead (`native_linear_f32`): measured in a 4-layer
+    TinyLlama-shaped f32 decode, two threads, rounds alternated, 40 ms a step against
+    47-50 for oneDNN on a quiet moment and 95-123 against 194-227 while another process
+    held a core (its threads take pieces of the rows in turn; oneDNN splits them in fixed
+    halves and waits for the slow half).
     So wherever gradients are on, `F.linear` stays: oneDNN's op has no backward, and
     a training run (LoRA, DPO, PEFT and TRL comparisons) must compute exactly what
     PyTorch eager does whether or not a given call is recorded. Tensor subclasses
@@ -174,6 +185,9 @@ def linear_cpu(
         or (bias is not None and type(bias) is not torch.Tensor)
     ):
         return F.linear(x, weight, bias)
+    rows = native_linear_f32(x, weight, bias)
+    if rows is not None:
+        return rows
     result: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     return result
 

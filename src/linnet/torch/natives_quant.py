@@ -110,6 +110,32 @@ def _address(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
+def native_linear_f32(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor | None:
+    """`F.linear` on `linnet.native`'s f32 kernel for up to `NATIVE_ROWS` rows of `x` (f32,
+    CPU, no gradient, a contiguous weight), else None: `natives.linear_cpu` uses it for
+    decode steps (see there for the measurement)."""
+    rows = _native_rows(x, weight, bias)
+    native = kernels() if rows else None
+    if (
+        native is None
+        or weight.dtype is not torch.float32
+        or not weight.is_contiguous()
+        or (bias is not None and bias.dtype is not torch.float32)
+    ):
+        return None
+    out, into = weight.shape
+    x = x.contiguous()
+    bias = None if bias is None else bias.contiguous()
+    y = torch.empty((*x.shape[:-1], out), dtype=torch.float32)
+    native.f32_linear(
+        x.data_ptr(), rows, into, weight.data_ptr(), _address(bias), y.data_ptr(), out,
+        torch.get_num_threads(),
+    )  # fmt: skip
+    return y
+
+
 def linear_int8(
     x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
