@@ -14,7 +14,7 @@ greedily in one process, each precision through both backends:
 - `linnet.torch.load` (generated code): int8 and int4 linears run on
   `linnet.native`'s kernels, which read the packed bytes (the std function in
   f32; `linnet/torch/natives_quant.py`), so its quantised rows read the stored
-  bytes; without a C compiler (or with `LINNET_NATIVE=0`) they are dequantised
+  bytes (and the f32 linears of a decode step run on its f32 kernel); without a C compiler (or with `LINNET_NATIVE=0`) they are dequantised
   once at load and read f32 bytes, and the run says which. FP8 and MXFP4
   always take the dequantised path. The process's resident memory after each
   path's warm-up is printed (no f32 copy of a quantised weight on the kernels'

@@ -12,6 +12,9 @@ and keep no f32 copy of the weight. Batch-1 decoding reads every weight once
 per token, so the bytes read set its speed (figures in `linnet/native`'s
 `kernels.c` and bench/quant_kernels.py).
 
+`native_linear_f32` is the same plumbing for plain f32 weights
+(`natives.linear_cpu` calls it for decode steps).
+
 Otherwise (no compiler, `LINNET_NATIVE=0`, bf16, autograd, more rows, FP8,
 MXFP4) each weight is dequantised once, exactly as the std body does it
 (`f32(q) * scale`, or `(f32(q) - f32(zero)) * f32(scale)`, cast to `T`; FP8
