@@ -236,3 +236,25 @@ def test_one_openmp_runtime_is_mapped() -> None:
     maps = Path("/proc/self/maps").read_text().splitlines()
     runtimes = {line.split()[-1] for line in maps if "libgomp" in line}
     assert len(runtimes) == 1, runtimes
+
+
+def test_linear_cpu_runs_f32_rows_on_the_kernel() -> None:
+    """`natives.linear_cpu`: up to NATIVE_ROWS rows of a contiguous f32 weight on the kernel
+    (the F.linear function within f32 rounding); a transposed weight, more rows, or a
+    gradient to record keep the other paths."""
+    from linnet.torch import natives, natives_quant
+
+    if native.kernels() is None:
+        pytest.skip(f"no native kernels: {native.status().reason}")
+    g = torch.Generator().manual_seed(9)
+    x, w, b = torch.randn(1, 3, 70, generator=g), torch.randn(11, 70, generator=g), torch.randn(11)
+    with torch.no_grad():
+        got = natives_quant.native_linear_f32(x, w, b)
+        assert got is not None and got.shape == (1, 3, 11)
+        torch.testing.assert_close(got, torch.nn.functional.linear(x, w, b))
+        torch.testing.assert_close(natives.linear_cpu(x, w, b), got)
+        assert natives_quant.native_linear_f32(x, w.T.contiguous().T) is None
+        many = torch.randn(natives_quant.NATIVE_ROWS + 1, 70)
+        assert natives_quant.native_linear_f32(many, w) is None
+    w.requires_grad_(True)
+    assert natives_quant.native_linear_f32(x, w, b) is None
