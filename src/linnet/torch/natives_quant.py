@@ -15,7 +15,7 @@ per token, so the bytes read set its speed (figures in `linnet/native`'s
 `native_linear_f32` is the same plumbing for plain f32 weights
 (`natives.linear_cpu` calls it for decode steps).
 
-Otherwise (no compiler, `LINNET_NATIVE=0`, bf16, autograd, more rows, FP8,
+Otherwise (no compiler, a CPU without AVX2, `LINNET_NATIVE=0`, bf16, autograd, more rows, FP8,
 MXFP4) each weight is dequantised once, exactly as the std body does it
 (`f32(q) * scale`, or `(f32(q) - f32(zero)) * f32(scale)`, cast to `T`; FP8
 and MXFP4 decoded with the body's integer arithmetic, so E4M3's NaN bytes read
@@ -39,7 +39,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from linnet.native import kernels
+from linnet.native import Kernels, kernels
 
 NATIVE_ROWS = 32
 """Most rows of `x` (the product of its leading dimensions) run by `linnet.native`.
@@ -109,6 +109,14 @@ def _native_rows(x: torch.Tensor, *parts: torch.Tensor | None) -> int:
     return rows if 0 < rows <= NATIVE_ROWS else 0
 
 
+def _vector_kernels() -> Kernels | None:
+    """The kernels when they were built with vector code (AVX-512 or AVX2): the portable
+    scalar loops (another CPU family) were never measured against oneDNN and MKL, so there
+    the dequantised path and oneDNN stay."""
+    found = kernels()
+    return found if found is not None and found.path != "scalar" else None
+
+
 def _address(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
@@ -120,7 +128,7 @@ def native_linear_f32(
     CPU, no gradient, a contiguous weight), else None: `natives.linear_cpu` uses it for
     decode steps (see there for the measurement)."""
     rows = _native_rows(x, weight, bias)
-    native = kernels() if rows else None
+    native = _vector_kernels() if rows else None
     if (
         native is None
         or weight.dtype is not torch.float32
@@ -143,7 +151,7 @@ def linear_int8(
     x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     rows = _native_rows(x, q, scale, bias)
-    native = kernels() if rows else None
+    native = _vector_kernels() if rows else None
     if (
         native is not None
         and scale.dtype == torch.float32
@@ -171,7 +179,7 @@ def linear_int4_groups(
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     rows = _native_rows(x, packed, scale, zero, bias)
-    native = kernels() if rows else None
+    native = _vector_kernels() if rows else None
     if (
         native is not None
         and scale.dtype == torch.float32
