@@ -11,10 +11,14 @@ greedily in one process, each precision through both backends:
   in the graph and the token kept in ONNX Runtime. Both also run with
   `int8_activations=True` (llama.cpp's Q4_0 / Q8_0 trade: `MatMulNBits` with
   activations rounded to int8 per block, a different function);
-- `linnet.torch.load` (generated code): the quantised weights are
-  dequantised once at load and run as f32 `F.linear` (PyTorch's own
-  weight-only CPU kernels were slower than that here; see
-  `linnet/torch/natives_quant.py`), so its quantised rows read f32 bytes.
+- `linnet.torch.load` (generated code): int8 and int4 linears run on
+  `linnet.native`'s kernels, which read the packed bytes (the std function in
+  f32; `linnet/torch/natives_quant.py`), so its quantised rows read the stored
+  bytes (and the f32 linears of a decode step run on its f32 kernel); without a C compiler (or with `LINNET_NATIVE=0`) they are dequantised
+  once at load and read f32 bytes, and the run says which. FP8 and MXFP4
+  always take the dequantised path. The process's resident memory after each
+  path's warm-up is printed (no f32 copy of a quantised weight on the kernels'
+  path), and the peak at the end.
 
 The float checkpoint is quantised by `linnet.quant.quantize_checkpoint`
 (round to nearest; every projection and `lm_head`) before timing. Batch-1
@@ -28,9 +32,12 @@ with a note) decodes GGUF files of the same weights, each in a child process
 int8 checkpoint's integers (`Int8Linear` rows are Q8_0 blocks with the row's
 scale), Q4_0 from the f32 file by llama.cpp's `llama_model_quantize` (the
 int4 group-128 asymmetric layout has no GGUF block type; the run says which
-way each file was made), with `--threads` threads (default: the CPUs this
+way each file was made), with `--threads` threads (also linnet.torch's, by
+`torch.set_num_threads`; ONNX Runtime keeps its default pool; default: the CPUs this
 process may use, ONNX Runtime's default pool size here), the same prompt and
-number of new tokens, greedy, decode timed alone. The `vs llama.cpp` column is
+number of new tokens, greedy, decode timed alone, its rounds alternating with
+ours (each of its rounds a child process of its own: one warm-up, one timed
+decode), so that a busy machine slows both alike. The `vs llama.cpp` column is
 ours over llama.cpp's rate at the matching precision (f32 / Q8_0 / Q4_0).
 
 `--extra fp8,mxfp4` adds the FP8 (E4M3 rows) and MXFP4 variants
@@ -39,8 +46,11 @@ ours over llama.cpp's rate at the matching precision (f32 / Q8_0 / Q4_0).
 `linnet.torch` dequantises them once.
 
     .venv/bin/python bench/quant_decode.py [--shape tinyllama|medium|small] [--layers N]
-        [--group 128] [--new 32] [--rounds 2] [--no-torch] [--extra fp8,mxfp4]
+        [--group 128] [--new 32] [--rounds 2] [--no-torch] [--no-onnx] [--extra fp8,mxfp4]
         [--threads N] [--no-llama-cpp] [--no-dequantised]
+
+`--no-onnx` leaves out every `load_model` row (linnet.torch against llama.cpp
+only: shorter, and less memory).
 
 (with llama.cpp built elsewhere: `PYTHONPATH=/path/to/site` holding `llama_cpp`)
 """
@@ -102,6 +112,18 @@ def progress(text: str) -> None:
     print(f"# {time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
 
+def rss() -> float:
+    """This process's resident bytes now."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0
+
+
 PEERS = {"f32": "f32", "int8": "q8_0", "int4": "q4_0"}
 """Our precision (its name up to `-g`) -> the llama.cpp GGUF type it is compared with."""
 
@@ -122,10 +144,11 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-torch", action="store_true", help="ONNX Runtime only")
+    parser.add_argument("--no-onnx", action="store_true", help="linnet.torch (and llama.cpp) only")
     parser.add_argument("--extra", default="", help="comma-separated: fp8, mxfp4")
     parser.add_argument(
         "--threads", type=int, default=len(os.sched_getaffinity(0)),
-        help="llama.cpp's threads (default: the CPUs this process may use)",
+        help="llama.cpp's and linnet.torch's threads (default: the CPUs this process may use)",
     )  # fmt: skip
     parser.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out")
     parser.add_argument(
@@ -148,12 +171,16 @@ def run(args: argparse.Namespace, folder: Path) -> None:
 
     import torch
 
+    torch.set_num_threads(args.threads)
     import linnet.onnx
     import linnet.torch
     from linnet.ir.core import TensorType
+    from linnet.native import kernels, status
     from linnet.quant import quantize_checkpoint
     from linnet.weights import read_safetensors
 
+    native_kernels = None if args.no_torch else kernels()
+    resident: dict[tuple[str, str], float] = {}
     decode_bench = file_module("onnx_decode_bench", ROOT / "bench" / "onnx_decode.py")
     peer = file_module("llama_cpp_runs", ROOT / "bench" / "llama_cpp_runs.py")
     with_peer = not args.no_llama_cpp and peer.available()
@@ -218,14 +245,14 @@ def run(args: argparse.Namespace, folder: Path) -> None:
         module: Any = None
         runs: list[Callable[[], tuple[list[int], float]]] = []
         labels = []
-        if not (args.no_dequantised and read == dense and name != "f32"):
+        if not args.no_onnx and not (args.no_dequantised and read == dense and name != "f32"):
             progress(f"{name}: load_model and sessions")
             model = linnet.onnx.load_model(source, generics=generics, weights=weights)
             model.prepare("prefill", [TensorType(prompt.shape, "i32"), scalar], argmax=True)
             model.prepare("decode", [TensorType((1,), "i32"), scalar], argmax=True)
             runs.append(lambda m=model: onnx_decode(m, prompt, args.new))
             labels.append(("linnet.onnx (load_model)", read))
-        if name in ("int8", f"int4-g{group}"):
+        if name in ("int8", f"int4-g{group}") and not args.no_onnx:
             progress(f"{name}: load_model(int8_activations=True) and sessions")
             fast = linnet.onnx.load_model(
                 source, generics=generics, weights=weights, int8_activations=True
@@ -238,27 +265,45 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             progress(f"{name}: linnet.torch.load")
             module = linnet.torch.load(source, generics=generics, weights=weights, compile=True)
             runs.append(lambda m=module: torch_decode(m, prompt, args.new))
-            labels.append(("linnet.torch", dense))
-        for go, (label, per_token) in zip(runs, labels, strict=True):
-            progress(f"{name}: {label} decoding")
-            kept, _ = go()  # warm-up (lowering, session creation, dequantise once)
-            seconds = statistics.median(go()[1] for _ in range(args.rounds))
-            rows.append((label, label, name, name, seconds, per_token))
-            tokens[(label, name)] = kept
-            progress(f"{name}: {label}: {steps / seconds:.2f} tokens/s")
-        del model, fast, module, runs  # before llama.cpp maps its file, and the next variant
+            packed = name in ("int8", f"int4-g{group}") and native_kernels is not None
+            labels.append(("linnet.torch", stored if packed else dense))
         outtype = peer_of(name)
-        if outtype in ggufs:
-            progress(f"{name}: llama.cpp {outtype} decoding (child process)")
-            done = peer.decode_in_child(
-                ggufs[outtype][0], prompt[0].tolist(), args.new, args.threads, args.rounds
+        with_gguf = outtype in ggufs
+        label_peer = f"llama.cpp, {args.threads} thread{'s' if args.threads > 1 else ''}"
+        for go, (label, _) in zip(runs, labels, strict=True):
+            progress(f"{name}: {label} warm-up")
+            tokens[(label, name)] = go()[0]  # lowering, session creation, dequantise once
+            resident[(label, name)] = rss()
+        # alternated rounds: ours, then llama.cpp's (a child process each), `rounds` times, so
+        # that a busy machine slows both alike
+        ours: list[list[float]] = [[] for _ in runs]
+        theirs: list[float] = []
+        peer_done: dict[str, Any] = {}
+        for round_ in range(args.rounds):
+            for i, go in enumerate(runs):
+                ours[i].append(go()[1])
+            if with_gguf:
+                assert outtype is not None
+                peer_done = peer.decode_in_child(
+                    ggufs[outtype][0], prompt[0].tolist(), args.new, args.threads, 1
+                )
+                theirs.append(peer_done["seconds"])
+            progress(
+                f"{name} round {round_ + 1}: "
+                + ", ".join(
+                    f"{who} {steps / t[-1]:.2f}" for (who, _), t in zip(labels, ours, strict=True)
+                )
+                + (f", {label_peer} {outtype} {steps / theirs[-1]:.2f} tokens/s" if theirs else "")
             )
-            label = f"llama.cpp, {args.threads} threads"
+        for (label, per_token), times in zip(labels, ours, strict=True):
+            rows.append((label, label, name, name, statistics.median(times), per_token))
+        del model, fast, module, runs  # before the next variant
+        if with_gguf:
+            assert outtype is not None
             # llama.cpp's KV cache is f16 by default
-            rows.append((label, label, outtype.upper(), name, done["seconds"],
-                         done["bytes"] + 2 * cache))  # fmt: skip
-            tokens[(label, outtype.upper())] = done["tokens"]
-            progress(f"{name}: {label} {outtype}: {steps / done['seconds']:.2f} tokens/s")
+            rows.append((label_peer, label_peer, outtype.upper(), name, statistics.median(theirs),
+                         peer_done["bytes"] + 2 * cache))  # fmt: skip
+            tokens[(label_peer, outtype.upper())] = peer_done["tokens"]
 
     print(
         f"# Llama {sizes}, batch 1, prompt {args.prompt}, {args.new} new tokens "
@@ -281,7 +326,7 @@ def run(args: argparse.Namespace, folder: Path) -> None:
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     base = {family: seconds for family, _, _, name, seconds, _ in rows if name == "f32"}
     peers = {name: seconds for family, _, _, name, seconds, _ in rows if family.startswith("llama")}
-    onnx_f32 = base["linnet.onnx (load_model)"]
+    onnx_f32 = base.get("linnet.onnx (load_model)", base.get("linnet.torch", 0.0))
     for family, label, shown, name, seconds, per_token in rows:
         rate = steps / seconds
         versus = (
@@ -294,16 +339,27 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             f"{versus} | {seconds / steps * 1e3:.1f} | {per_token / 1e6:.1f} | "
             f"{rate * per_token / 1e9:.1f} | {rate * per_token / bandwidth:.0%} |"
         )
-    reference = tokens[("linnet.onnx (load_model)", "f32")]
+    first = "linnet.torch" if args.no_onnx else "linnet.onnx (load_model)"
+    reference = tokens[(first, "f32")]
     agree = ", ".join(
         f"{label} {name} {sum(a == b for a, b in zip(kept, reference, strict=True))}/{args.new}"
         for (label, name), kept in tokens.items()
     )
-    print(f"# greedy tokens equal to linnet.onnx f32: {agree}")
+    print(f"# greedy tokens equal to {first} f32: {agree}")
+    native_line = (
+        f"int8 and int4 on linnet.native's kernels ({status().path}, packed bytes)"
+        if native_kernels is not None
+        else f"every precision dequantised to f32 (linnet.native: {status().reason})"
+    )
     print(
-        "# MB/token is what each path reads per step: linnet.torch (all precisions) and the "
+        f"# MB/token is what each path reads per step: linnet.torch: {native_line}; the "
         "ONNX int8, fp8 and mxfp4 rows without int8_activations read f32 weights dequantised "
         "once at load; llama.cpp's KV cache is f16"
+    )
+    print(
+        "# resident memory after each warm-up: "
+        + ", ".join(f"{label} {name} {v / 1e9:.1f} GB" for (label, name), v in resident.items())
+        + f"; peak {peak_rss() / 1e9:.1f} GB"
     )
     if not ggufs:
         why = (

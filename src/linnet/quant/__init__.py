@@ -10,8 +10,8 @@ int4, `float-quantized` FP8 and `mxfp4-pack-quantized` linears, and
 `import_quantized` a Hugging Face folder whose `config.json` names GPTQ
 (act-order included), AWQ-GEMM, compressed-tensors or gpt-oss MXFP4. The
 backends run the blocks with native kernels where they compute the same
-function (`com.microsoft.MatMulNBits` on ONNX Runtime; dequantised once on
-PyTorch), and `linnet.gguf.export` writes them as GGUF blocks.
+function (`com.microsoft.MatMulNBits` on ONNX Runtime; `linnet.native`'s CPU
+kernels on PyTorch, else dequantised once), and `linnet.gguf.export` writes them as GGUF blocks.
 """
 
 from linnet.quant.checkpoint import quantize_checkpoint

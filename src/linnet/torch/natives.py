@@ -13,7 +13,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 
 | callee | native |
 | --- | --- |
-| `std.nn.linear::linear` | `F.linear`; on the CPU in f32/bf16 without autograd, oneDNN's linear (`linear_cpu`) |
+| `std.nn.linear::linear` | `F.linear`; on the CPU in f32/bf16 without autograd, oneDNN's linear (`linear_cpu`), or for f32 with up to 32 rows `linnet.native`'s f32 kernel |
 | `std.nn.norm::rms_norm` | `F.rms_norm` on f32, cast to `T`, times the weight (the spec's order) |
 | `std.nn.softmax::softmax` | `torch.softmax` on f32, cast to `T` |
 | `std.nn.activations::silu`, `sigmoid` | `F.silu`, `torch.sigmoid` |
@@ -23,13 +23,19 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.norm::batch_norm` | `F.batch_norm(training=False)` on f32, cast to `T` |
 | `std.nn.norm::group_norm` | `F.group_norm` on f32 (no affine), cast to `T`, then the per-channel affine in `T` |
 | `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 |
-| `std.quant::linear_int8`, `linear_int4_groups`, `linear_fp8`, `linear_mxfp4` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
+| `std.quant::linear_int8`, `linear_int4_groups` | on the CPU in f32 without autograd, up to 32 rows: `linnet.native`'s kernels on the packed bytes (batch-1 decoding reads 1 or 0.54 byte a weight, not 4); otherwise the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
+| `std.quant::linear_fp8`, `linear_mxfp4` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.nn.loss::linear_token_log_probs`, `linear_cross_entropy` | row blocks that never hold the `[N, V]` logits (`linnet.torch.chunked_loss`) |
 | `std.nn.cache::write_at` | `index_copy` of the one row (out of place) |
 | `std.nn.cache::write_span` at a constant position | the cache slices and the span, concatenated |
 | `std.nn.cache::write_rows` | one copy of the cache, each row's position assigned by index |
 | `std.nn.cache::write_slots` at a constant position | one copy of the cache, the listed rows assigned by index |
 | `std.nn.parallel::{all_reduce, all_gather, shared}`, when a tensor-parallel load marked them | collectives over the ranks (`linnet.torch.parallel`) |
+
+`linnet.native`'s f32 kernel serves f32 linears of up to 32 rows on the CPU (inside
+`linear_cpu`): alone, on the TinyLlama shapes (bench/quant_kernels.py), it is level with
+oneDNN's within this shared machine's noise, but in a decode step it was faster, and
+much faster while another process held a core (`linear_cpu` has the figures).
 
 A cache write whose cache is a state read that nothing uses afterwards
 (`Context.donated`, found by the code generator) writes into the state's
@@ -63,7 +69,13 @@ from linnet.ir.core import FLOAT_DTYPES, Op, TensorType
 from linnet.records import record
 from linnet.torch import chunked_loss
 from linnet.torch.dtypes import storage
-from linnet.torch.natives_quant import linear_fp8, linear_int4_groups, linear_int8, linear_mxfp4
+from linnet.torch.natives_quant import (
+    linear_fp8,
+    linear_int4_groups,
+    linear_int8,
+    linear_mxfp4,
+    native_linear_f32,
+)
 from linnet.torch.ops import Context, Kernel
 
 MASKED_SCORE = -1e30
@@ -154,6 +166,12 @@ def linear_cpu(
     linear on the same row-major weight (no copy, no reordered duplicate) is as fast
     for one row and 1.5-3x faster for 8-32 rows (a batched decode step), and ONNX
     Runtime's MLAS sits near it. Same sums in another order: within f32 rounding.
+    f32 with up to `natives_quant.NATIVE_ROWS` rows (a decode step) runs on
+    `linnet.native`'s f32 kernel instead (`native_linear_f32`): measured in a 4-layer
+    TinyLlama-shaped f32 decode, two threads, rounds alternated, 40 ms a step against
+    47-50 for oneDNN on a quiet moment and 95-123 against 194-227 while another process
+    held a core (its threads take pieces of the rows in turn; oneDNN splits them in fixed
+    halves and waits for the slow half).
     So wherever gradients are on, `F.linear` stays: oneDNN's op has no backward, and
     a training run (LoRA, DPO, PEFT and TRL comparisons) must compute exactly what
     PyTorch eager does whether or not a given call is recorded. Tensor subclasses
@@ -167,6 +185,9 @@ def linear_cpu(
         or (bias is not None and type(bias) is not torch.Tensor)
     ):
         return F.linear(x, weight, bias)
+    rows = native_linear_f32(x, weight, bias)
+    if rows is not None:
+        return rows
     result: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     return result
 

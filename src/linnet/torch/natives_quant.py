@@ -1,19 +1,30 @@
-"""`std.quant`'s linears on PyTorch: the weight dequantised once, then `F.linear`.
+"""`std.quant`'s linears on PyTorch: native kernels on the packed bytes, else dequantised once.
 
 Stage: kernels behind the `natives` finders for `std.quant::linear_int8` and
 `std.quant::linear_int4_groups`, `linear_fp8` and `linear_mxfp4` (generated
 code calls them as `natives.linear_int8` ...).
 
-PyTorch's CPU weight-only kernels compute these functions
-(`aten._weight_int8pack_mm`: `(x @ q^T) * scale`; `_weight_int4pack_mm_for_cpu`
-after a repack to its `(q - 8) * s + z` form), but measured at batch 1 on a
-5632 x 2048 weight here they took 49-58 ms (int8) and 67-80 ms (int4)
-against 11-13 ms for `F.linear` on the f32 weight. So each quantised weight
-is dequantised once, exactly as the std body does it (`f32(q) * scale`, or
-`(f32(q) - f32(zero)) * f32(scale)`, cast to `T`; FP8 and MXFP4 decoded with
-the body's integer arithmetic, so E4M3's NaN bytes read +-480 as there),
-kept, and every call is `F.linear`: the body's numbers at f32 speed, for f32
-memory.
+int8 rows and int4 groups, on the CPU, f32, without a gradient to record and
+with at most `NATIVE_ROWS` rows of `x`: `linnet.native`'s kernels read the
+packed weight itself (1 byte a weight plus a scale per row; half a byte plus
+5 bytes per group), compute the std body's function within f32 reordering,
+and keep no f32 copy of the weight. Batch-1 decoding reads every weight once
+per token, so the bytes read set its speed (figures in `linnet/native`'s
+`kernels.c` and bench/quant_kernels.py).
+
+`native_linear_f32` is the same plumbing for plain f32 weights
+(`natives.linear_cpu` calls it for decode steps).
+
+Otherwise (no compiler, a CPU without AVX2, `LINNET_NATIVE=0`, bf16, autograd, more rows, FP8,
+MXFP4) each weight is dequantised once, exactly as the std body does it
+(`f32(q) * scale`, or `(f32(q) - f32(zero)) * f32(scale)`, cast to `T`; FP8
+and MXFP4 decoded with the body's integer arithmetic, so E4M3's NaN bytes read
++-480 as there), kept, and every call is `F.linear`. PyTorch's own CPU
+weight-only kernels compute these functions (`aten._weight_int8pack_mm`:
+`(x @ q^T) * scale`; `_weight_int4pack_mm_for_cpu` after a repack to its
+`(q - 8) * s + z` form), but measured at batch 1 on a 5632 x 2048 weight here
+they took 49-58 ms (int8) and 67-80 ms (int4) against 11-13 ms for
+`F.linear` on the f32 weight.
 
 The dequantised weight is cached per packed tensor (it goes with the model)
 and recomputed when the packed tensor, its scale or zero points are replaced
@@ -27,6 +38,17 @@ import weakref
 
 import torch
 import torch.nn.functional as F
+
+from linnet.native import Kernels, kernels
+
+NATIVE_ROWS = 32
+"""Most rows of `x` (the product of its leading dimensions) run by `linnet.native`.
+
+Measured on a 5632 x 2048 weight, one thread (bench/quant_kernels.py --rows): the int4
+kernel took 0.39 / 1.3 / 4.9 / 20 ms at 1 / 4 / 16 / 64 rows against 2.7 / 6.0 / 9.0 /
+23 ms for `F.linear` on the dequantised f32 weight, the int8 kernel 0.91 / 2.1 / 6.9 /
+26 ms: both ahead up to 16 rows and level near 64, so a longer prefill keeps `F.linear`
+(and builds the dequantised copy)."""
 
 _Key = tuple[int, ...]
 _cache: dict[int, tuple[weakref.ref[torch.Tensor], _Key, torch.Tensor]] = {}
@@ -69,9 +91,82 @@ def dequantize_int4_groups(
     return weight.reshape(rows, groups * 2 * half).to(dtype)
 
 
+def _native_rows(x: torch.Tensor, *parts: torch.Tensor | None) -> int:
+    """Rows of `x` for the native kernels, or 0 where the dequantised path must run: not the
+    CPU, not f32, a tensor subclass, a gradient to record, no rows or too many. (Written for
+    speed: a decode step makes ~150 of these calls.)"""
+    if type(x) is not torch.Tensor or not x.is_cpu or x.dtype is not torch.float32:
+        return 0
+    for t in parts:
+        if t is not None and (type(t) is not torch.Tensor or not t.is_cpu):
+            return 0
+    if torch.is_grad_enabled() and (
+        x.requires_grad or any(t is not None and t.requires_grad for t in parts)
+    ):
+        return 0
+    into = x.shape[-1]
+    rows = x.numel() // into if into else 0
+    return rows if 0 < rows <= NATIVE_ROWS else 0
+
+
+def _vector_kernels() -> Kernels | None:
+    """The kernels when they were built with vector code (AVX-512 or AVX2): the portable
+    scalar loops (another CPU family) were never measured against oneDNN and MKL, so there
+    the dequantised path and oneDNN stay."""
+    found = kernels()
+    return found if found is not None and found.path != "scalar" else None
+
+
+def _address(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def native_linear_f32(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor | None:
+    """`F.linear` on `linnet.native`'s f32 kernel for up to `NATIVE_ROWS` rows of `x` (f32,
+    CPU, no gradient, a contiguous weight), else None: `natives.linear_cpu` uses it for
+    decode steps (see there for the measurement)."""
+    rows = _native_rows(x, weight, bias)
+    native = _vector_kernels() if rows else None
+    if (
+        native is None
+        or weight.dtype is not torch.float32
+        or not weight.is_contiguous()
+        or (bias is not None and bias.dtype is not torch.float32)
+    ):
+        return None
+    out, into = weight.shape
+    x = x.contiguous()
+    bias = None if bias is None else bias.contiguous()
+    y = torch.empty((*x.shape[:-1], out), dtype=torch.float32)
+    native.f32_linear(
+        x.data_ptr(), rows, into, weight.data_ptr(), _address(bias), y.data_ptr(), out,
+        torch.get_num_threads(),
+    )  # fmt: skip
+    return y
+
+
 def linear_int8(
     x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
+    rows = _native_rows(x, q, scale, bias)
+    native = _vector_kernels() if rows else None
+    if (
+        native is not None
+        and scale.dtype == torch.float32
+        and q.dtype == torch.int8
+        and (bias is None or bias.dtype == torch.float32)
+    ):
+        out, into = q.shape
+        x, q, scale = x.contiguous(), q.contiguous(), scale.contiguous()
+        bias = None if bias is None else bias.contiguous()
+        y = torch.empty((*x.shape[:-1], out), dtype=torch.float32)
+        native.int8_linear(
+            x.data_ptr(), rows, into, q.data_ptr(), scale.data_ptr(), _address(bias),
+            y.data_ptr(), out, torch.get_num_threads(),
+        )  # fmt: skip
+        return y
     weight = _cached(q, (scale,), lambda: dequantize_int8(q, scale, x.dtype))
     return F.linear(x, weight, bias)
 
@@ -83,6 +178,28 @@ def linear_int4_groups(
     zero: torch.Tensor,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    rows = _native_rows(x, packed, scale, zero, bias)
+    native = _vector_kernels() if rows else None
+    if (
+        native is not None
+        and scale.dtype == torch.float32
+        and packed.dtype == zero.dtype == torch.uint8
+        and (bias is None or bias.dtype == torch.float32)
+    ):
+        out, groups, half = packed.shape
+        x, packed, scale, zero = (
+            x.contiguous(),
+            packed.contiguous(),
+            scale.contiguous(),
+            zero.contiguous(),
+        )
+        bias = None if bias is None else bias.contiguous()
+        y = torch.empty((*x.shape[:-1], out), dtype=torch.float32)
+        native.int4_linear(
+            x.data_ptr(), rows, groups * 2 * half, packed.data_ptr(), scale.data_ptr(),
+            zero.data_ptr(), 2 * half, _address(bias), y.data_ptr(), out, torch.get_num_threads(),
+        )  # fmt: skip
+        return y
     make = lambda: dequantize_int4_groups(packed, scale, zero, x.dtype)  # noqa: E731
     return F.linear(x, _cached(packed, (scale, zero), make), bias)
 

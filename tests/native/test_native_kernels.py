@@ -1,0 +1,260 @@
+"""`linnet.native`'s kernels against NumPy f64 of the std functions, both compiled paths.
+
+The vector library (`-march=native`: AVX-512 here), the AVX2 path
+(`-mno-avx512f`) and the portable loops (`-DLINNET_SCALAR`) each run odd shapes: inputs that are no multiple of the
+vector width, output rows that are no multiple of the block, 1, 2, 3 and 7
+rows of x (the 4-row tile and its remainders), groups of 16 (no full vector),
+32, 64 (16-byte steps), 128 and 256 (64-byte chunks), zero points 0..15, with
+and without a bias, and products large enough to run on two threads. The
+bound is the f32 rounding of the sums each kernel forms (a few ulps of the
+sum of the magnitudes of its terms), far below any wrong weight, nibble or
+group. Then the fallbacks: `LINNET_NATIVE=0` and a compiler that is not
+there leave `natives_quant` on the dequantised path, with the reason in
+`status()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from linnet import native
+from linnet.native.kernels import Kernels
+
+Array = np.ndarray[Any, Any]
+EPS = float(np.finfo(np.float32).eps)
+
+
+@pytest.fixture(scope="module", params=["native", "avx2", "scalar"])
+def library(request: pytest.FixtureRequest) -> Kernels:
+    found = native.kernels(request.param)
+    if found is None:
+        pytest.skip(f"no native kernels: {native.status(request.param).reason}")
+    if request.param == "scalar":
+        assert found.path == "scalar"
+    if request.param == "avx2" and found.path != "avx2":
+        pytest.skip(f"this CPU has no AVX2 (the library compiled {found.path})")
+    return found
+
+
+def _tensor(a: Array) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _bound(terms: Array, into: int) -> Array:
+    """A few ulps of the magnitudes summed, per output (sqrt(n) growth, generous constant)."""
+    return 8 * np.sqrt(into) * EPS * terms + 1e-30
+
+
+@pytest.mark.parametrize(("out", "into"), [(13, 100), (6, 2096), (301, 512)])
+@pytest.mark.parametrize("rows", [1, 2, 3, 7])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_int8_rows(library: Kernels, out: int, into: int, rows: int, with_bias: bool) -> None:
+    rng = np.random.default_rng(out * into + rows)
+    x = rng.standard_normal((rows, into)).astype(np.float32)
+    q = rng.integers(-128, 128, (out, into)).astype(np.int8)
+    scale = rng.uniform(0.001, 0.05, out).astype(np.float32)
+    bias = rng.standard_normal(out).astype(np.float32) if with_bias else None
+    y = torch.full((rows, out), float("nan"))
+    xt, qt, st = _tensor(x), _tensor(q), _tensor(scale)
+    bt = None if bias is None else _tensor(bias)
+    library.int8_linear(
+        xt.data_ptr(), rows, into, qt.data_ptr(), st.data_ptr(),
+        None if bt is None else bt.data_ptr(), y.data_ptr(), out, 2,
+    )  # fmt: skip
+    weight = q.astype(np.float64) * scale[:, None].astype(np.float64)
+    expected = x.astype(np.float64) @ weight.T + (0.0 if bias is None else bias)
+    terms = np.abs(x).astype(np.float64) @ np.abs(weight).T + (0 if bias is None else np.abs(bias))
+    assert (np.abs(y.numpy() - expected) <= _bound(terms, into)).all()
+
+
+@pytest.mark.parametrize(
+    ("out", "group", "groups"),
+    [(13, 16, 3), (13, 32, 3), (5, 64, 3), (13, 128, 3), (6, 256, 2), (301, 128, 8)],
+)
+@pytest.mark.parametrize("rows", [1, 2, 3, 7])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_int4_groups(
+    library: Kernels, out: int, group: int, groups: int, rows: int, with_bias: bool
+) -> None:
+    rng = np.random.default_rng(out * group + rows)
+    into = group * groups
+    x = rng.standard_normal((rows, into)).astype(np.float32)
+    packed = rng.integers(0, 256, (out, groups, group // 2)).astype(np.uint8)
+    scale = rng.uniform(0.001, 0.05, (out, groups)).astype(np.float32)
+    zero = rng.integers(0, 16, (out, groups)).astype(np.uint8)
+    zero.flat[:16] = np.arange(16)
+    bias = rng.standard_normal(out).astype(np.float32) if with_bias else None
+    y = torch.full((rows, out), float("nan"))
+    xt, pt, st, zt = _tensor(x), _tensor(packed), _tensor(scale), _tensor(zero)
+    bt = None if bias is None else _tensor(bias)
+    library.int4_linear(
+        xt.data_ptr(), rows, into, pt.data_ptr(), st.data_ptr(), zt.data_ptr(), group,
+        None if bt is None else bt.data_ptr(), y.data_ptr(), out, 2,
+    )  # fmt: skip
+    # the std body: low nibble first, (q - zero) * scale per group, in f64
+    nibbles = np.stack([packed & 15, packed >> 4], axis=-1).reshape(out, groups, group)
+    centred = nibbles.astype(np.float64) - zero[..., None].astype(np.float64)
+    weight = (centred * scale[..., None].astype(np.float64)).reshape(out, into)
+    expected = x.astype(np.float64) @ weight.T + (0.0 if bias is None else bias)
+    # the kernels sum x * nibble and zero * sum(x) per group: terms up to 15 |x| scale each
+    wide = 30 * np.repeat(scale.astype(np.float64), group, axis=1)
+    terms = np.abs(x).astype(np.float64) @ wide.T + (0 if bias is None else np.abs(bias))
+    assert (np.abs(y.numpy() - expected) <= _bound(terms, into)).all()
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_f32_rows(library: Kernels, rows: int) -> None:
+    rng = np.random.default_rng(rows)
+    out, into = 13, 100
+    x = rng.standard_normal((rows, into)).astype(np.float32)
+    w = rng.standard_normal((out, into)).astype(np.float32)
+    bias = rng.standard_normal(out).astype(np.float32)
+    y = torch.full((rows, out), float("nan"))
+    xt, wt, bt = _tensor(x), _tensor(w), _tensor(bias)
+    library.f32_linear(
+        xt.data_ptr(), rows, into, wt.data_ptr(), bt.data_ptr(), y.data_ptr(), out, 1
+    )
+    expected = x.astype(np.float64) @ w.T.astype(np.float64) + bias
+    terms = np.abs(x).astype(np.float64) @ np.abs(w).T + np.abs(bias)
+    assert (np.abs(y.numpy() - expected) <= _bound(terms, into)).all()
+
+
+def test_int4_rejects_a_group_that_does_not_divide(library: Kernels) -> None:
+    x, y = torch.zeros(1, 96), torch.zeros(1, 1)
+    packed, scale, zero = torch.zeros(1, 96, dtype=torch.uint8), torch.ones(3), torch.zeros(3)
+    with pytest.raises(ValueError, match="group 40"):
+        library.int4_linear(
+            x.data_ptr(), 1, 96, packed.data_ptr(), scale.data_ptr(), zero.data_ptr(), 40,
+            None, y.data_ptr(), 1,
+        )  # fmt: skip
+
+
+# -- fallbacks -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """`kernels()` looks again under the test's environment, and again after it."""
+    native.forget()
+    yield monkeypatch
+    monkeypatch.undo()
+    native.forget()
+
+
+def _int4_case() -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(1, 256, generator=g)
+    packed = torch.randint(0, 256, (7, 2, 64), dtype=torch.uint8, generator=g)
+    scale = torch.rand(7, 2, generator=g) * 0.1
+    zero = torch.randint(0, 16, (7, 2), dtype=torch.uint8, generator=g)
+    return x, packed, scale, zero
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "reason"),
+    [("LINNET_NATIVE", "0", "disabled by LINNET_NATIVE=0"), ("CC", "/no/such/cc", "no C compiler")],
+)
+def test_without_kernels_the_dequantised_path_runs(
+    fresh: pytest.MonkeyPatch, tmp_path: Any, variable: str, value: str, reason: str
+) -> None:
+    from linnet.torch import natives_quant
+
+    fresh.setenv("LINNET_NATIVE_CACHE", str(tmp_path))  # nothing cached: a build is tried
+    fresh.setenv(variable, value)
+    status = native.status()
+    assert not status.available and reason in status.reason
+    x, packed, scale, zero = _int4_case()
+    with torch.no_grad():
+        got = natives_quant.linear_int4_groups(x, packed, scale, zero)
+    dense = natives_quant.dequantize_int4_groups(packed, scale, zero, torch.float32)
+    assert got.equal(torch.nn.functional.linear(x, dense))
+
+
+def test_a_failed_compile_is_a_reason(fresh: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """A compiler that runs and fails: its message is in `status().reason`."""
+    script = tmp_path / "cc"
+    script.write_text("#!/bin/sh\necho 'cc: fatal error: out of luck' >&2\nexit 1\n")
+    script.chmod(0o755)
+    fresh.setenv("LINNET_NATIVE_CACHE", str(tmp_path / "cache"))
+    fresh.setenv("CC", str(script))
+    status = native.status()
+    assert not status.available and "out of luck" in status.reason
+
+
+def test_natives_quant_runs_the_kernel_without_a_dense_copy() -> None:
+    """On the native path no dequantised f32 weight is cached, and the result is the body's."""
+    from linnet.torch import natives_quant
+
+    if native.kernels() is None:
+        pytest.skip(f"no native kernels: {native.status().reason}")
+    x, packed, scale, zero = _int4_case()
+    with torch.no_grad():
+        got = natives_quant.linear_int4_groups(x, packed, scale, zero)
+    assert id(packed) not in natives_quant._cache
+    dense = natives_quant.dequantize_int4_groups(packed, scale, zero, torch.float64)
+    torch.testing.assert_close(got.double(), x.double() @ dense.T, rtol=1e-5, atol=1e-5)
+
+
+def test_a_compiler_without_openmp_gives_a_one_thread_library(
+    fresh: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    import shutil
+
+    real = shutil.which("cc")
+    if real is None:
+        pytest.skip("no `cc` here")
+    script = tmp_path / "cc"
+    script.write_text(
+        f'#!/bin/sh\nfor a in "$@"; do [ "$a" = -fopenmp ] && exit 1; done\nexec {real} "$@"\n'
+    )
+    script.chmod(0o755)
+    fresh.setenv("LINNET_NATIVE_CACHE", str(tmp_path / "cache"))
+    fresh.setenv("CC", str(script))
+    found = native.kernels()
+    assert found is not None and found.threads() == 1
+    x, q, scale = (
+        torch.randn(2, 40),
+        torch.randint(-128, 128, (3, 40), dtype=torch.int8),
+        torch.rand(3),
+    )
+    y = torch.empty(2, 3)
+    found.int8_linear(x.data_ptr(), 2, 40, q.data_ptr(), scale.data_ptr(), None, y.data_ptr(), 3, 2)
+    torch.testing.assert_close(y, x @ (q.float() * scale[:, None]).T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc (Linux)")
+def test_one_openmp_runtime_is_mapped() -> None:
+    """The kernels' OpenMP runtime is the libgomp torch loaded: one thread pool, not two."""
+    if native.kernels() is None:
+        pytest.skip(f"no native kernels: {native.status().reason}")
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    runtimes = {line.split()[-1] for line in maps if "libgomp" in line}
+    assert len(runtimes) == 1, runtimes
+
+
+def test_linear_cpu_runs_f32_rows_on_the_kernel() -> None:
+    """`natives.linear_cpu`: up to NATIVE_ROWS rows of a contiguous f32 weight on the kernel
+    (the F.linear function within f32 rounding); a transposed weight, more rows, or a
+    gradient to record keep the other paths."""
+    from linnet.torch import natives, natives_quant
+
+    if native.kernels() is None:
+        pytest.skip(f"no native kernels: {native.status().reason}")
+    g = torch.Generator().manual_seed(9)
+    x, w, b = torch.randn(1, 3, 70, generator=g), torch.randn(11, 70, generator=g), torch.randn(11)
+    with torch.no_grad():
+        got = natives_quant.native_linear_f32(x, w, b)
+        assert got is not None and got.shape == (1, 3, 11)
+        torch.testing.assert_close(got, torch.nn.functional.linear(x, w, b))
+        torch.testing.assert_close(natives.linear_cpu(x, w, b), got)
+        assert natives_quant.native_linear_f32(x, w.T.contiguous().T) is None
+        many = torch.randn(natives_quant.NATIVE_ROWS + 1, 70)
+        assert natives_quant.native_linear_f32(many, w) is None
+    w.requires_grad_(True)
+    assert natives_quant.native_linear_f32(x, w, b) is None

@@ -1,0 +1,82 @@
+"""The quantised Llama example through `linnet.torch` on `linnet.native`'s kernels.
+
+int8 rows and int4 groups of 128 (the decode path's shapes: one row per step,
+the prompt's rows at prefill), against the same module with the kernels off
+(`NATIVE_ROWS = 0`: every weight dequantised once, then `F.linear`, which
+tests/quant/test_quantised_llama.py holds to the defining libraries' numbers):
+the same greedy tokens, logits within f32 rounding, and no dequantised copy
+made on the kernels' path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import linnet.torch
+from linnet import native
+from linnet.quant import quantize_checkpoint
+from linnet.torch import natives_quant
+from linnet.weights import read_safetensors
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "01-llama"
+SIZES = {"Vocab": 96, "H": 128, "Heads": 4, "KvHeads": 2, "Inner": 256, "Layers": 2}
+GENERICS = {**SIZES, "Batch": 1, "MaxSeq": 16, "T": "f32"}
+
+
+def _module(name: str) -> ModuleType:
+    unique = f"llama_example_{name}"
+    if unique not in sys.modules:
+        spec = importlib.util.spec_from_file_location(unique, EXAMPLE / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[unique] = module
+        spec.loader.exec_module(module)
+    return sys.modules[unique]
+
+
+def _decode(module: Any, prompt: torch.Tensor, steps: int) -> tuple[list[int], torch.Tensor]:
+    """Greedy tokens and every step's logits (prefill's last row first)."""
+    module.reset_state()
+    with torch.no_grad():
+        logits = module.run_entry("prefill", [prompt, 0])[:, -1]
+        kept, seen = [], [logits]
+        for position in range(prompt.shape[1], prompt.shape[1] + steps):
+            token = logits.argmax(-1).to(torch.int32)
+            kept.append(int(token[0]))
+            logits = module.run_entry("decode", [token, position])
+            seen.append(logits.reshape(1, -1))
+    return kept, torch.cat(seen)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantised_llama_decodes_the_same_on_the_kernels(
+    tmp_path: Path, bits: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if native.kernels() is None:
+        pytest.skip(f"no native kernels: {native.status().reason}")
+    floats = _module("make_weights").make_weights(GENERICS, seed=7)
+    quantised = _module("quantised")
+    target = tmp_path / "q.safetensors"
+    quantize_checkpoint(floats, target, patterns=quantised.PATTERNS, bits=bits, group=128)
+    source = tmp_path / "q.linnet"
+    source.write_text(quantised.quantised_source(bits, 128))
+    module = linnet.torch.load(source, generics=GENERICS, weights=read_safetensors(target))
+    prompt = torch.from_numpy(np.random.default_rng(8).integers(0, 96, (1, 5)).astype(np.int32))
+
+    natives_quant._cache.clear()
+    tokens, logits = _decode(module, prompt, 8)
+    assert not natives_quant._cache  # the kernels read the packed bytes: no f32 copy
+    monkeypatch.setattr(natives_quant, "NATIVE_ROWS", 0)
+    plain_tokens, plain_logits = _decode(module, prompt, 8)
+    assert natives_quant._cache  # the dequantised path ran
+
+    assert tokens == plain_tokens
+    torch.testing.assert_close(logits, plain_logits, rtol=1e-4, atol=1e-4 * logits.abs().max())
