@@ -239,7 +239,7 @@ def test_one_openmp_runtime_is_mapped() -> None:
 
 
 def test_linear_cpu_runs_f32_rows_on_the_kernel() -> None:
-    """`natives.linear_cpu`: up to NATIVE_ROWS rows of a contiguous f32 weight on the kernel
+    """`natives.linear_cpu`: up to F32_NATIVE_ROWS rows of a contiguous f32 weight on the kernel
     (the F.linear function within f32 rounding); a transposed weight, more rows, or a
     gradient to record keep the other paths."""
     from linnet.torch import natives, natives_quant
@@ -254,7 +254,7 @@ def test_linear_cpu_runs_f32_rows_on_the_kernel() -> None:
         torch.testing.assert_close(got, torch.nn.functional.linear(x, w, b))
         torch.testing.assert_close(natives.linear_cpu(x, w, b), got)
         assert natives_quant.native_linear_f32(x, w.T.contiguous().T) is None
-        many = torch.randn(natives_quant.NATIVE_ROWS + 1, 70)
+        many = torch.randn(natives_quant.F32_NATIVE_ROWS + 1, 70)
         assert natives_quant.native_linear_f32(many, w) is None
     w.requires_grad_(True)
     assert natives_quant.native_linear_f32(x, w, b) is None

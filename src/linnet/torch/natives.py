@@ -13,7 +13,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 
 | callee | native |
 | --- | --- |
-| `std.nn.linear::linear` | `F.linear`; on the CPU in f32/bf16 without autograd, oneDNN's linear (`linear_cpu`), or for f32 with up to 32 rows `linnet.native`'s f32 kernel |
+| `std.nn.linear::linear` | `F.linear`; on the CPU in f32/bf16 without autograd, oneDNN's linear (`linear_cpu`), or for f32 with up to 4 rows `linnet.native`'s f32 kernel |
 | `std.nn.norm::rms_norm` | `F.rms_norm` on f32, cast to `T`, times the weight (the spec's order) |
 | `std.nn.softmax::softmax` | `torch.softmax` on f32, cast to `T` |
 | `std.nn.activations::silu`, `sigmoid` | `F.silu`, `torch.sigmoid` |
@@ -32,7 +32,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.cache::write_slots` at a constant position | one copy of the cache, the listed rows assigned by index |
 | `std.nn.parallel::{all_reduce, all_gather, shared}`, when a tensor-parallel load marked them | collectives over the ranks (`linnet.torch.parallel`) |
 
-`linnet.native`'s f32 kernel serves f32 linears of up to 32 rows on the CPU (inside
+`linnet.native`'s f32 kernel serves f32 linears of up to 4 rows on the CPU (inside
 `linear_cpu`): alone, on the TinyLlama shapes (bench/quant_kernels.py), it is level with
 oneDNN's within this shared machine's noise, but in a decode step it was faster, and
 much faster while another process held a core (`linear_cpu` has the figures).
@@ -166,7 +166,7 @@ def linear_cpu(
     linear on the same row-major weight (no copy, no reordered duplicate) is as fast
     for one row and 1.5-3x faster for 8-32 rows (a batched decode step), and ONNX
     Runtime's MLAS sits near it. Same sums in another order: within f32 rounding.
-    f32 with up to `natives_quant.NATIVE_ROWS` rows (a decode step) runs on
+    f32 with up to `natives_quant.F32_NATIVE_ROWS` rows (a decode step) runs on
     `linnet.native`'s f32 kernel instead (`native_linear_f32`): measured in a 4-layer
     TinyLlama-shaped f32 decode, two threads, rounds alternated, 40 ms a step against
     47-50 for oneDNN on a quiet moment and 95-123 against 194-227 while another process

@@ -50,6 +50,16 @@ kernel took 0.39 / 1.3 / 4.9 / 20 ms at 1 / 4 / 16 / 64 rows against 2.7 / 6.0 /
 26 ms: both ahead up to 16 rows and level near 64, so a longer prefill keeps `F.linear`
 (and builds the dequantised copy)."""
 
+F32_NATIVE_ROWS = 4
+"""Most rows of `x` for the f32 kernel (`native_linear_f32`), whose contender is oneDNN on
+the same f32 weight, not a dequantised copy. The kernel reads the weight once per two rows
+of `x`, so oneDNN's blocked product wins as rows grow. Measured (bench/quant_kernels.py
+--threads 2 --rows 1,2,4,8,16 --only native,oneDNN, quiet, load 0.9-1.1), kernel against
+oneDNN in ms: 5632 x 2048 at 4 / 8 / 16 rows 2.04 / 2.65 / 4.21 against ~2.1 / 2.41 / 3.25;
+2048 x 5632 at 1 / 2 / 4 / 8 / 16 rows 1.17 / 1.38 / 1.96 / 2.88 / 5.00 against 1.18 / 1.89
+/ 1.99 / 2.42 / 3.18. An 8-stream TinyLlama serve (8 rows a step) took the kernel at the
+old limit of 32 rows and fell from 4.3x to 3.5x its one-stream rate."""
+
 _Key = tuple[int, ...]
 _cache: dict[int, tuple[weakref.ref[torch.Tensor], _Key, torch.Tensor]] = {}
 """By `id` of the packed tensor (tensors compare elementwise, so they cannot be dict keys);
@@ -91,7 +101,7 @@ def dequantize_int4_groups(
     return weight.reshape(rows, groups * 2 * half).to(dtype)
 
 
-def _native_rows(x: torch.Tensor, *parts: torch.Tensor | None) -> int:
+def _native_rows(x: torch.Tensor, *parts: torch.Tensor | None, limit: int | None = None) -> int:
     """Rows of `x` for the native kernels, or 0 where the dequantised path must run: not the
     CPU, not f32, a tensor subclass, a gradient to record, no rows or too many. (Written for
     speed: a decode step makes ~150 of these calls.)"""
@@ -106,7 +116,7 @@ def _native_rows(x: torch.Tensor, *parts: torch.Tensor | None) -> int:
         return 0
     into = x.shape[-1]
     rows = x.numel() // into if into else 0
-    return rows if 0 < rows <= NATIVE_ROWS else 0
+    return rows if 0 < rows <= (NATIVE_ROWS if limit is None else limit) else 0
 
 
 def _vector_kernels() -> Kernels | None:
@@ -124,10 +134,10 @@ def _address(t: torch.Tensor | None) -> int | None:
 def native_linear_f32(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor | None:
-    """`F.linear` on `linnet.native`'s f32 kernel for up to `NATIVE_ROWS` rows of `x` (f32,
+    """`F.linear` on `linnet.native`'s f32 kernel for up to `F32_NATIVE_ROWS` rows of `x` (f32,
     CPU, no gradient, a contiguous weight), else None: `natives.linear_cpu` uses it for
     decode steps (see there for the measurement)."""
-    rows = _native_rows(x, weight, bias)
+    rows = _native_rows(x, weight, bias, limit=F32_NATIVE_ROWS)
     native = _vector_kernels() if rows else None
     if (
         native is None
