@@ -230,12 +230,20 @@ def test_a_compiler_without_openmp_gives_a_one_thread_library(
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc (Linux)")
 def test_one_openmp_runtime_is_mapped() -> None:
-    """The kernels' OpenMP runtime is the libgomp torch loaded: one thread pool, not two."""
+    """The kernels' OpenMP runtime is the libgomp torch loaded: one thread pool, not two.
+
+    The library links `libgomp.so.1` by that soname, so every mapped file of that name
+    must be torch's. Other packages may map their own renamed copy (sentencepiece's
+    `libgomp-<hash>.so.1.0.0`, imported by other tests in the same worker), which only
+    they use."""
     if native.kernels() is None:
         pytest.skip(f"no native kernels: {native.status().reason}")
     maps = Path("/proc/self/maps").read_text().splitlines()
-    runtimes = {line.split()[-1] for line in maps if "libgomp" in line}
+    runtimes = {
+        line.split()[-1] for line in maps if Path(line.split()[-1]).name.startswith("libgomp.so")
+    }
     assert len(runtimes) == 1, runtimes
+    assert Path(next(iter(runtimes))).parent == Path(torch.__file__).parent / "lib", runtimes
 
 
 def test_linear_cpu_runs_f32_rows_on_the_kernel() -> None:
