@@ -96,6 +96,13 @@ where S > 0, N > 0 {
             write_span(cache, value, 9))
 }
 
+pub entry span_at<B: Dim, H: Dim, S: Dim, N: Dim, D: Dim>(
+    cache: Tensor[B, H, S, D; f32], value: Tensor[B, H, N, D; f32], at: i32,
+) -> Tensor[B, H, S, D; f32]
+where S > 0, N > 0 {
+    return write_span(cache, value, at)
+}
+
 pub entry rows<B: Dim, H: Dim, S: Dim, D: Dim>(
     cache: Tensor[B, H, S, D; f32], value: Tensor[B, H, 1, D; f32], at: Tensor[B; i32],
 ) -> Tensor[B, H, S, D; f32]
@@ -362,6 +369,30 @@ def test_write_span_at_constant_positions(program, span: int) -> None:  # type: 
     """Spans inside, overlapping either end of, and past the cache (nothing written)."""
     cache, value = data(17, "f32", (2, 3, 6, 4)), data(18, "f32", (2, 3, span, 4))
     run_case(program, "spans", [cache, value], ["f32", "f32"], "std.nn.cache::write_span")
+
+
+@pytest.mark.parametrize("at", [0, 4, -2, 5, 9])
+def test_write_span_at_runtime_positions(program, at: int) -> None:  # type: ignore[no-untyped-def]
+    """A position only known at run time (a decode step's): inside, overlapping either
+    end of, and past the cache."""
+    cache, value = data(34, "f32", (2, 3, 6, 4)), data(35, "f32", (2, 3, 2, 4))
+    arrays = [cache, value, np.array(at, np.int32)]
+    run_case(program, "span_at", arrays, ["f32", "f32", "i32"], "std.nn.cache::write_span")
+
+
+@pytest.mark.parametrize("at", [0, 4, -2, 5, 9])
+def test_write_span_in_place_equals_the_copy(at: int) -> None:
+    """The donated-cache `write_span` writes the same positions into the cache itself."""
+    import torch
+
+    from linnet.torch import natives
+
+    cache = torch.from_numpy(data(36, "f32", (2, 3, 6, 4)))
+    value = torch.from_numpy(data(37, "f32", (2, 3, 2, 4)))
+    expected = natives.write_span(cache, value, at)
+    with torch.no_grad():
+        written = natives.write_span_at_in_place(cache, value, torch.tensor(at, dtype=torch.int32))
+    assert written is cache and torch.equal(cache, expected)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])

@@ -27,7 +27,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.quant::linear_fp8`, `linear_mxfp4` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.nn.loss::linear_token_log_probs`, `linear_cross_entropy` | row blocks that never hold the `[N, V]` logits (`linnet.torch.chunked_loss`) |
 | `std.nn.cache::write_at` | `index_copy` of the one row (out of place) |
-| `std.nn.cache::write_span` at a constant position | the cache slices and the span, concatenated |
+| `std.nn.cache::write_span` at a constant position, or any on the CPU | the cache slices and the span, concatenated (the position read on the host) |
 | `std.nn.cache::write_rows` | one copy of the cache, each row's position assigned by index |
 | `std.nn.cache::write_slots` at a constant position | one copy of the cache, the listed rows assigned by index |
 | `std.nn.parallel::{all_reduce, all_gather, shared}`, when a tensor-parallel load marked them | collectives over the ranks (`linnet.torch.parallel`) |
@@ -763,12 +763,40 @@ def find_write_at(op: Op, context: Context) -> Native | None:
     )
 
 
+def write_span_in_place(cache: torch.Tensor, value: torch.Tensor, start: int) -> torch.Tensor:
+    """`write_span` into `cache` itself (a donated state); see `write_span`."""
+    if not _in_place(cache, value):
+        return write_span(cache, value, start)
+    size, count = cache.shape[2], value.shape[2]
+    low, high = max(start, 0), min(start + count, size)
+    if low < high:
+        cache[:, :, low:high] = value[:, :, low - start : high - start]
+    return cache
+
+
+def write_span_at(cache: torch.Tensor, value: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """`write_span` at a position known only at run time, on the CPU (reading it is free)."""
+    return write_span(cache, value, int(at))
+
+
+def write_span_at_in_place(
+    cache: torch.Tensor, value: torch.Tensor, at: torch.Tensor
+) -> torch.Tensor:
+    """`write_span_in_place` at a position known only at run time, on the CPU."""
+    return write_span_in_place(cache, value, int(at))
+
+
 def find_write_span(op: Op, context: Context) -> Native | None:
+    """`write_span` at a known position, or on the CPU at any position (a decode step's
+    `position` is an input: read on the host, it saves the canonical body's select over
+    the whole cache); into the cache itself when it is donated."""
     if len(op.operands) != 3:
         return None
     cache, value, at = (v.type for v in op.operands)
     known = context.known(op.operands[2])
-    if known is None or at != TensorType((), "i32") or cache.rank != 4 or value.rank != 4:
+    if at != TensorType((), "i32") or cache.rank != 4 or value.rank != 4:
+        return None
+    if known is None and context.device.type != "cpu":
         return None
     if cache.dtype != value.dtype or op.results[0].type != cache:
         return None
@@ -778,11 +806,21 @@ def find_write_span(op: Op, context: Context) -> Native | None:
         value.shape[3],
     ):
         return None
+    donated = op.operands[0] in context.donated
+    if known is None:
+        kernel = "write_span_at_in_place" if donated else "write_span_at"
+        return Native(
+            "std.nn.cache::write_span",
+            globals()[kernel],
+            lambda a: f"natives.{kernel}({a[0]}, {a[1]}, {a[2]})",
+        )
     start = int(known)
+    write = write_span_in_place if donated else write_span
+    spelled = "write_span_in_place" if donated else "write_span"
     return Native(
         "std.nn.cache::write_span",
-        lambda c, v, _at: write_span(c, v, start),
-        lambda a: f"natives.write_span({a[0]}, {a[1]}, {start})",
+        lambda c, v, _at: write(c, v, start),
+        lambda a: f"natives.{spelled}({a[0]}, {a[1]}, {start})",
     )
 
 
