@@ -31,6 +31,7 @@ use std.nn.attention::{attention, causal_mask, grouped_attention, packed_mask}
 use std.nn.cache::{write_at, write_rows, write_slots, write_span}
 use std.nn.linear::{linear}
 use std.nn.norm::{batch_norm, group_norm, layer_norm, rms_norm}
+use std.nn.rope::{rope}
 use std.nn.softmax::{softmax}
 use std.quant::{linear_fp8, linear_int4_groups, linear_int8, linear_mxfp4}
 
@@ -94,6 +95,13 @@ pub entry spans<B: Dim, H: Dim, S: Dim, N: Dim, D: Dim>(
 where S > 0, N > 0 {
     return (write_span(cache, value, 0), write_span(cache, value, 3), write_span(cache, value, -2),
             write_span(cache, value, 9))
+}
+
+pub entry rotary<B: Dim, H: Dim, S: Dim, D: Dim, T: Float>(
+    x: Tensor[B, H, S, D; T], cos_table: Tensor[S, D; T], sin_table: Tensor[S, D; T],
+) -> Tensor[B, H, S, D; T]
+where D % 2 == 0 {
+    return rope(x, cos_table, sin_table)
 }
 
 pub entry span_at<B: Dim, H: Dim, S: Dim, N: Dim, D: Dim>(
@@ -369,6 +377,41 @@ def test_write_span_at_constant_positions(program, span: int) -> None:  # type: 
     """Spans inside, overlapping either end of, and past the cache (nothing written)."""
     cache, value = data(17, "f32", (2, 3, 6, 4)), data(18, "f32", (2, 3, span, 4))
     run_case(program, "spans", [cache, value], ["f32", "f32"], "std.nn.cache::write_span")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
+def test_rope_is_the_body_bit_for_bit(program, dtype: str) -> None:  # type: ignore[no-untyped-def]
+    """`roll(x) * sin'` (the sign moved into the table) gives the body's products exactly."""
+    arrays = [data(38, dtype, (2, 3, 5, 8)), data(39, dtype, (5, 8)), data(40, dtype, (5, 8))]
+    run_case(program, "rotary", arrays, [dtype] * 3, "std.nn.rope::rope")
+    fn = lowered(program, "rotary", arrays, [dtype] * 3)
+    for mode in MODES:
+        native = compare(fn, arrays, mode)
+        body = compare(fn, arrays, mode, natives=False)
+        assert all(np.array_equal(a, b) for a, b in zip(native, body, strict=True))
+
+
+def test_tables_derived_once_follow_in_place_changes() -> None:
+    """A mask or sin table changed in place after a call is derived again (`Derived`)."""
+    import torch
+
+    from linnet.torch import natives
+
+    q = torch.from_numpy(data(41, "f32", (1, 4, 1, 8)))
+    k, v = (torch.from_numpy(data(key, "f32", (1, 2, 6, 8))) for key in (42, 43))
+    mask = torch.ones(1, 6, dtype=torch.bool)
+    natives.attention(q, k, v, 0.5, mask, False, torch.float32)
+    mask[0, 2:] = False
+    fresh = natives.attention(q, k, v, 0.5, mask.clone(), False, torch.float32)
+    assert torch.equal(natives.attention(q, k, v, 0.5, mask, False, torch.float32), fresh)
+    mask[0] = False  # no key left: the mean of the values, as the body gives
+    empty = natives.attention(q, k, v, 0.5, mask, False, torch.float32)
+    assert torch.equal(empty, v.mean(dim=2, keepdim=True).repeat_interleave(2, dim=1))
+    x = torch.from_numpy(data(44, "f32", (1, 2, 1, 8)))
+    cos, sin = (torch.from_numpy(data(key, "f32", (1, 8))) for key in (45, 46))
+    natives.rope(x, cos, sin)
+    sin.mul_(2.0)
+    assert torch.equal(natives.rope(x, cos, sin), natives.rope(x, cos, sin.clone()))
 
 
 @pytest.mark.parametrize("at", [0, 4, -2, 5, 9])

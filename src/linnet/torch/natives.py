@@ -22,7 +22,8 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.norm::layer_norm` | `F.layer_norm` on f32 (no affine), cast to `T`, times the weight, plus the bias |
 | `std.nn.norm::batch_norm` | `F.batch_norm(training=False)` on f32, cast to `T` |
 | `std.nn.norm::group_norm` | `F.group_norm` on f32 (no affine), cast to `T`, then the per-channel affine in `T` |
-| `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 |
+| `std.nn.rope::rope` | `x * cos + roll(x) * sin'` (`sin'`: the sin table's first half negated, made once per table) |
+| `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 (a boolean mask turned additive once per mask) |
 | `std.quant::linear_int8`, `linear_int4_groups` | on the CPU in f32 without autograd, up to 32 rows: `linnet.native`'s kernels on the packed bytes (batch-1 decoding reads 1 or 0.54 byte a weight, not 4); otherwise the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.quant::linear_fp8`, `linear_mxfp4` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.nn.loss::linear_token_log_probs`, `linear_cross_entropy` | row blocks that never hold the `[N, V]` logits (`linnet.torch.chunked_loss`) |
@@ -60,7 +61,10 @@ tested against the canonical body (tests/torch/test_torch_natives.py).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -79,6 +83,7 @@ from linnet.torch.natives_quant import (
 from linnet.torch.ops import Context, Kernel
 
 MASKED_SCORE = -1e30
+D = TypeVar("D")
 
 
 def kernel_launcher(key: str) -> Kernel:
@@ -379,6 +384,86 @@ def find_group_norm(op: Op, context: Context) -> Native | None:
     )
 
 
+# -- per-step tensors derived once ----------------------------------------------------------
+
+
+class Derived(Generic[D]):
+    """A value derived from one tensor, kept while that tensor lives unchanged.
+
+    A decode step builds its mask and rotary tables once and hands the same tensor
+    objects to every layer; what a native derives from them (an additive mask, a
+    sign-flipped table, whether a mask row is empty) is the same for each layer, so it
+    is computed for the first and reused by the others. The tensor is recognised by
+    identity (a weak reference, so a freed tensor's id is never mistaken for it) and
+    its version counter, which every in-place write to it or a view of it bumps. One
+    entry per thread (the serving engine runs on its own): a new tensor replaces it.
+    """
+
+    def __init__(self, make: Callable[[torch.Tensor], D]) -> None:
+        self._make = make
+        self._local = threading.local()
+
+    def __call__(self, tensor: torch.Tensor) -> D:
+        held = getattr(self._local, "held", None)
+        if held is not None and held[0]() is tensor and held[1] == tensor._version:
+            value: D = held[2]
+            return value
+        value = self._make(tensor)
+        self._local.held = (weakref.ref(tensor), tensor._version, value)
+        return value
+
+
+def _attention_mask(mask: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """A boolean mask as SDPA applies it (0 where kept, -inf where masked: the
+    conversion `F.scaled_dot_product_attention` makes of a boolean mask, in f32), and
+    whether some row has no key (decided on the CPU, where reading it is free; assumed
+    elsewhere, so the fix-up runs without a host sync)."""
+    additive = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    additive.masked_fill_(mask.logical_not(), float("-inf"))
+    empty = mask.device.type != "cpu" or not bool(mask.any(dim=-1).all())
+    return additive, empty
+
+
+attention_mask = Derived(_attention_mask)
+
+
+# -- rotary positions ----------------------------------------------------------------------
+
+
+def _signed_sin(table: torch.Tensor) -> torch.Tensor:
+    """The sin table with its first half negated (`rope`'s rotation folds the sign in)."""
+    half = table.shape[-1] // 2
+    return torch.cat((-table[..., :half], table[..., half:]), dim=-1)
+
+
+signed_sin = Derived(_signed_sin)
+
+
+def rope(x: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor) -> torch.Tensor:
+    """stdlib.md 7 `rope`: `x * cos + rotate_half(x) * sin` in `T`, the same values.
+
+    `rotate_half(x) * sin` is `concat(-x2, x1) * sin`; here it is `roll(x) * sin'`,
+    `roll(x) = concat(x2, x1)` and `sin'` the table with its first half negated:
+    a sign moved from one factor to the other gives the same product bit for bit.
+    `sin'` is made once per table (`Derived`: a decode step's layers share it), so a
+    call is four kernels instead of seven.
+    """
+    rolled = torch.roll(x, x.shape[-1] // 2, -1)
+    return x * cos_table + rolled * signed_sin(sin_table)
+
+
+def find_rope(op: Op, context: Context) -> Native | None:
+    if len(op.operands) != 3:
+        return None
+    x, cos_table, sin_table = (v.type for v in op.operands)
+    if x.dtype not in FLOAT_DTYPES or x.rank != 4 or x.shape[3] % 2:
+        return None
+    table = TensorType(x.shape[2:], x.dtype)
+    if cos_table != table or sin_table != table or op.results[0].type != x:
+        return None
+    return Native("std.nn.rope::rope", rope, lambda a: f"natives.rope({', '.join(a)})")
+
+
 # -- attention ---------------------------------------------------------------------------
 
 
@@ -402,30 +487,36 @@ def attention(
     whose keys are all masked gets the mean of the values, as the canonical
     body's -1e30 scores give.
     """
-    q = query.to(torch.float32)
-    k = key.to(torch.float32)
-    v = value.to(torch.float32)
+    f32 = torch.float32
+    q = query if query.dtype == f32 else query.to(f32)
+    k = key if key.dtype == f32 else key.to(f32)
+    v = value if value.dtype == f32 else value.to(f32)
     if isinstance(scale, torch.Tensor):
         q = q * scale
         scale = 1.0
     batch, heads, length, width = q.shape
     groups = heads // k.shape[1]
     folded = groups != 1 and not causal
+    additive, empty = None, False
+    if mask is not None:
+        # Derived once per mask: a decode step's layers share it (`Derived`).
+        additive, empty = attention_mask(mask)
     if folded:
         q = q.reshape(batch, k.shape[1], groups * length, width)
-        if mask is not None and length != 1:
-            mask = mask.repeat(groups, 1)
+        if additive is not None and length != 1:
+            additive = additive.repeat(groups, 1)
     elif groups != 1:
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
-    # On the CPU a check is free; elsewhere the fix-up is applied without a host sync.
-    if mask is not None and (mask.device.type != "cpu" or not bool(mask.any(dim=-1).all())):
-        empty = ~torch.any(mask, dim=-1, keepdim=True)  # [..., Q, 1]
-        out = torch.where(empty, torch.mean(v, dim=-2, keepdim=True), out)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=additive, is_causal=causal, scale=scale)
+    if mask is not None and empty:
+        without = ~torch.any(mask, dim=-1, keepdim=True)  # [..., Q, 1]
+        if folded and length != 1:
+            without = without.repeat(groups, 1)
+        out = torch.where(without, torch.mean(v, dim=-2, keepdim=True), out)
     if folded:
         out = out.reshape(batch, heads, length, width)
-    return out.to(dtype)
+    return out if out.dtype == dtype else out.to(dtype)
 
 
 def packed_attention(
@@ -841,6 +932,7 @@ FINDERS: dict[str, Finder] = {
     "std.nn.norm::layer_norm": find_layer_norm,
     "std.nn.norm::batch_norm": find_batch_norm,
     "std.nn.norm::group_norm": find_group_norm,
+    "std.nn.rope::rope": find_rope,
     "std.nn.attention::attention": find_attention,
     "std.nn.attention::grouped_attention": find_attention,
     "std.nn.cache::write_at": find_write_at,
