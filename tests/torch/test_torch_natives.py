@@ -421,7 +421,8 @@ def test_rope_is_the_body_bit_for_bit(program, dtype: str) -> None:  # type: ign
 
 
 def test_tables_derived_once_follow_in_place_changes() -> None:
-    """A mask or sin table changed in place after a call is derived again (`Derived`)."""
+    """A mask, sin table or positions changed in place after a call are derived again
+    (`Derived`)."""
     import torch
 
     from linnet.torch import natives
@@ -441,6 +442,14 @@ def test_tables_derived_once_follow_in_place_changes() -> None:
     natives.rope(x, cos, sin)
     sin.mul_(2.0)
     assert torch.equal(natives.rope(x, cos, sin), natives.rope(x, cos, sin.clone()))
+    cache = torch.from_numpy(data(51, "f32", (3, 2, 5, 4)))
+    value = torch.from_numpy(data(52, "f32", (3, 2, 1, 4)))
+    at = torch.tensor([0, 9, 2], dtype=torch.int32)
+    with torch.no_grad():
+        natives.write_rows_in_place(cache.clone(), value, at)
+        at[1] = 4
+        expected = natives.write_rows(cache, value, at)
+        assert torch.equal(natives.write_rows_in_place(cache, value, at), expected)
 
 
 @pytest.mark.parametrize("at", [0, 4, -2, 5, 9])

@@ -832,6 +832,25 @@ def _in_place(cache: torch.Tensor, value: torch.Tensor) -> bool:
     return not (torch.is_grad_enabled() and (cache.requires_grad or value.requires_grad))
 
 
+def _rows_inside(at: torch.Tensor) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+    """For a cache of `size` positions: the rows `b` whose `at[b]` is inside it and
+    those positions (int64), each size worked out once."""
+    found: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def inside(size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if size not in found:
+            rows = ((at >= 0) & (at < size)).nonzero().reshape(-1)
+            found[size] = (rows, at[rows].to(torch.int64))
+        return found[size]
+
+    return inside
+
+
+rows_inside = Derived(_rows_inside)
+"""Per positions tensor: a decode step's every layer writes its keys and values at the
+same positions."""
+
+
 def write_rows_in_place(cache: torch.Tensor, value: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
     """`write_rows` into `cache` itself (a donated state); see `write_rows`. On the CPU,
     where finding the rows whose position is inside the cache costs no device sync, only
@@ -842,8 +861,8 @@ def write_rows_in_place(cache: torch.Tensor, value: torch.Tensor, at: torch.Tens
         return write_rows(cache, value, at)
     size = cache.shape[2]
     if cache.device.type == "cpu":
-        rows = ((at >= 0) & (at < size)).nonzero().reshape(-1)
-        cache[rows, :, at[rows].to(torch.int64)] = value[rows, :, 0]
+        rows, positions = rows_inside(at)(size)
+        cache[rows, :, positions] = value[rows, :, 0]
         return cache
     index = torch.clamp(at, 0, size - 1).to(torch.int64)
     inside = ((at >= 0) & (at < size)).reshape(-1, 1, 1)
