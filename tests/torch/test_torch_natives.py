@@ -393,6 +393,25 @@ def test_write_span_at_constant_positions(program, span: int) -> None:  # type: 
     run_case(program, "spans", [cache, value], ["f32", "f32"], "std.nn.cache::write_span")
 
 
+@pytest.mark.parametrize("length", [1, 3])
+def test_attention_skips_the_keys_no_row_keeps(program, length: int) -> None:  # type: ignore[no-untyped-def]
+    """A decode step's mask keeps the positions written so far: the keys after the last
+    kept one are left out of SDPA (on the CPU), the fix-up still averages all values."""
+    q = data(53, "f32", (1, 4, length, 8))
+    k, v = data(54, "f32", (1, 2, 9, 8)), data(55, "f32", (1, 2, 9, 8))
+    mask = np.zeros((length, 9), bool)
+    mask[:, :4] = data(56, "bool", (length, 4))
+    mask[0, 3] = True
+    if length > 1:
+        mask[-1] = False  # an empty row as well
+    arrays = [q, k, v, mask, np.array(0.3, np.float32)]
+    dtypes = ["f32", "f32", "f32", "bool", "f32"]
+    run_case(program, "masked", arrays, dtypes, "std.nn.attention::grouped_attention")
+    rows = [q.repeat(2, axis=0), k.repeat(2, axis=0), v.repeat(2, axis=0), np.stack([mask, mask])]
+    run_case(program, "row_masked", rows, ["f32"] * 3 + ["bool"],
+             "std.nn.attention::grouped_attention_rows")  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("dtype", "heads", "length"), [("f32", 6, 1), ("f32", 6, 3), ("bf16", 2, 3)]
 )

@@ -414,15 +414,23 @@ class Derived(Generic[D]):
         return value
 
 
-def _attention_mask(mask: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """A boolean mask as SDPA applies it (0 where kept, -inf where masked: the
-    conversion `F.scaled_dot_product_attention` makes of a boolean mask, in f32), and
-    whether some row has no key (decided on the CPU, where reading it is free; assumed
-    elsewhere, so the fix-up runs without a host sync)."""
+def _attention_mask(mask: torch.Tensor) -> tuple[torch.Tensor, bool, int]:
+    """A boolean mask `[..., K]` as SDPA applies it (0 where kept, -inf where masked:
+    the conversion `F.scaled_dot_product_attention` makes of a boolean mask, in f32),
+    whether some row has no key, and the keys that matter: up to the last one any row
+    keeps. The last two are read on the CPU, where that is free (a decode step's mask
+    keeps the positions written so far, often far fewer than the cache holds: the keys
+    after them only add zero weights); elsewhere every row may be empty and all `K`
+    keys are used, so nothing waits on the device."""
     additive = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
     additive.masked_fill_(mask.logical_not(), float("-inf"))
-    empty = mask.device.type != "cpu" or not bool(mask.any(dim=-1).all())
-    return additive, empty
+    width = mask.shape[-1]
+    if mask.device.type != "cpu":
+        return additive, True, width
+    empty = not bool(mask.any(dim=-1).all())
+    kept = mask.reshape(-1, width).any(dim=0).nonzero()
+    keys = int(kept[-1]) + 1 if len(kept) else width
+    return additive[..., :keys], empty, keys
 
 
 attention_mask = Derived(_attention_mask)
@@ -498,10 +506,10 @@ def attention(
     batch, heads, length, width = q.shape
     groups = heads // k.shape[1]
     folded = groups != 1 and not causal
-    additive, empty = None, False
+    additive, empty, keys = None, False, k.shape[2]
     if mask is not None:
         # Derived once per mask: a decode step's layers share it (`Derived`).
-        additive, empty = attention_mask(mask)
+        additive, empty, keys = attention_mask(mask)
     if folded:
         q = q.reshape(batch, k.shape[1], groups * length, width)
         if additive is not None and length != 1:
@@ -509,7 +517,9 @@ def attention(
     elif groups != 1:
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=additive, is_causal=causal, scale=scale)
+    out = F.scaled_dot_product_attention(
+        q, k[:, :, :keys], v[:, :, :keys], attn_mask=additive, is_causal=causal, scale=scale
+    )
     if mask is not None and empty:
         without = ~torch.any(mask, dim=-1, keepdim=True)  # [..., Q, 1]
         if folded and length != 1:
@@ -543,10 +553,12 @@ def attention_rows(
     batch, heads, length, width = q.shape
     groups = heads // k.shape[1]
     q = q.reshape(batch, k.shape[1], groups * length, width)
-    additive, empty = attention_mask(mask)  # [B, Q, K], derived once per step's mask
+    additive, empty, keys = attention_mask(mask)  # [B, Q, keys], derived once per mask
     if length != 1:
         additive = additive.repeat(1, groups, 1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=additive.unsqueeze(1), scale=scale)
+    out = F.scaled_dot_product_attention(
+        q, k[:, :, :keys], v[:, :, :keys], attn_mask=additive.unsqueeze(1), scale=scale
+    )
     if empty:
         without = ~torch.any(mask, dim=-1, keepdim=True)  # [B, Q, 1]
         if length != 1:
