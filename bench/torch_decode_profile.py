@@ -13,6 +13,7 @@ vocabulary, in `--rounds` rounds (median), with `--threads` threads.
 
     .venv/bin/python bench/torch_decode_profile.py [--entry decode|decode_slots]
         [--variant f32|int4] [--layers 4] [--threads 1] [--steps 16] [--rounds 3]
+        [--max-seq 64]
 """
 
 from __future__ import annotations
@@ -46,22 +47,24 @@ def step_runner(module: Any, entry: str) -> Any:
     return step
 
 
-def generics(entry: str, layers: int, vocab: int | None) -> dict[str, Any]:
+def generics(entry: str, layers: int, vocab: int | None, max_seq: int) -> dict[str, Any]:
     sizes = {**quant_decode.TINYLLAMA, "Layers": layers}
     if vocab is not None:
         sizes["Vocab"] = vocab
     batch = 4 if entry == "decode_slots" else 1
-    return {**sizes, "Batch": batch, "MaxSeq": 64, "T": "f32"}
+    return {**sizes, "Batch": batch, "MaxSeq": max_seq, "T": "f32"}
 
 
-def profile(entry: str, layers: int, vocab: int, steps: int) -> dict[str, tuple[float, float]]:
+def profile(
+    entry: str, layers: int, vocab: int, steps: int, max_seq: int
+) -> dict[str, tuple[float, float]]:
     """Per aten op: calls and self microseconds per step."""
     import torch
 
     import linnet.torch
 
     make = quant_decode.file_module("llama_make_weights", quant_decode.EXAMPLE / "make_weights.py")
-    sizes = generics(entry, layers, vocab)
+    sizes = generics(entry, layers, vocab, max_seq)
     weights = make.make_weights(sizes, seed=0)
     module = linnet.torch.load(quant_decode.SOURCE, generics=sizes, weights=weights, compile=True)
     step = step_runner(module, entry)
@@ -83,7 +86,7 @@ def timed(args: argparse.Namespace) -> list[float]:
     import linnet.torch
 
     make = quant_decode.file_module("llama_make_weights", quant_decode.EXAMPLE / "make_weights.py")
-    sizes = generics(args.entry, args.layers, None)
+    sizes = generics(args.entry, args.layers, None, args.max_seq)
     floats = make.make_weights(sizes, seed=0)
     folder = Path(tempfile.mkdtemp(prefix="torch-decode-profile-"))
     source, weights = decode_profile.variant(args.variant, floats, folder, "tinyllama")
@@ -112,12 +115,13 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=512, help="vocabulary of the profiled runs")
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-seq", type=int, default=64, help="cache positions (MaxSeq)")
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
-    one = profile(args.entry, 1, args.vocab, args.steps)
-    two = profile(args.entry, 2, args.vocab, args.steps)
+    one = profile(args.entry, 1, args.vocab, args.steps, args.max_seq)
+    two = profile(args.entry, 2, args.vocab, args.steps, args.max_seq)
     layer = {
         k: (v[0] - one.get(k, (0, 0))[0], v[1] - one.get(k, (0, 0))[1]) for k, v in two.items()
     }
@@ -131,7 +135,7 @@ def main() -> None:
     print(f"| total | {calls:.0f} | {micros:.0f} |")
     rounds = timed(args)
     print(
-        f"{args.variant} {args.entry}, {args.layers} layers, {args.threads} thread(s): "
+        f"{args.variant} {args.entry}, MaxSeq {args.max_seq}, {args.layers} layers, {args.threads} thread(s): "
         f"{statistics.median(rounds):.2f} ms/step (rounds {[round(r, 2) for r in rounds]}), "
         f"load {os.getloadavg()[0]:.2f}"
     )
