@@ -398,6 +398,8 @@ class Derived(Generic[D]):
     identity (a weak reference, so a freed tensor's id is never mistaken for it) and
     its version counter, which every in-place write to it or a view of it bumps. One
     entry per thread (the serving engine runs on its own): a new tensor replaces it.
+    Tensors made under `torch.inference_mode()` have no version counter, so nothing is
+    kept for them.
     """
 
     def __init__(self, make: Callable[[torch.Tensor], D]) -> None:
@@ -405,6 +407,8 @@ class Derived(Generic[D]):
         self._local = threading.local()
 
     def __call__(self, tensor: torch.Tensor) -> D:
+        if tensor.is_inference():  # no version counter: a change could not be seen
+            return self._make(tensor)
         held = getattr(self._local, "held", None)
         if held is not None and held[0]() is tensor and held[1] == tensor._version:
             value: D = held[2]
