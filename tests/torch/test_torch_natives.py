@@ -31,7 +31,6 @@ use std.nn.attention::{
     attention,
     causal_mask,
     grouped_attention,
-    grouped_attention_rows,
     packed_mask,
 }
 use std.nn.cache::{write_at, write_rows, write_slots, write_span}
@@ -101,14 +100,6 @@ pub entry spans<B: Dim, H: Dim, S: Dim, N: Dim, D: Dim>(
 where S > 0, N > 0 {
     return (write_span(cache, value, 0), write_span(cache, value, 3), write_span(cache, value, -2),
             write_span(cache, value, 9))
-}
-
-pub entry row_masked<B: Dim, H: Dim, Hk: Dim, Q: Dim, K: Dim, D: Dim, T: Float>(
-    q: Tensor[B, H, Q, D; T], k: Tensor[B, Hk, K, D; T], v: Tensor[B, Hk, K, D; T],
-    mask: Tensor[B, Q, K; bool],
-) -> Tensor[B, H, Q, D; T]
-where Hk > 0, H % Hk == 0 {
-    return grouped_attention_rows(q, k, v, 0.3, mask)
 }
 
 pub entry rotary<B: Dim, H: Dim, S: Dim, D: Dim, T: Float>(
@@ -407,24 +398,6 @@ def test_attention_skips_the_keys_no_row_keeps(program, length: int) -> None:  #
     arrays = [q, k, v, mask, np.array(0.3, np.float32)]
     dtypes = ["f32", "f32", "f32", "bool", "f32"]
     run_case(program, "masked", arrays, dtypes, "std.nn.attention::grouped_attention")
-    rows = [q.repeat(2, axis=0), k.repeat(2, axis=0), v.repeat(2, axis=0), np.stack([mask, mask])]
-    run_case(program, "row_masked", rows, ["f32"] * 3 + ["bool"],
-             "std.nn.attention::grouped_attention_rows")  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("dtype", "heads", "length"), [("f32", 6, 1), ("f32", 6, 3), ("bf16", 2, 3)]
-)
-def test_grouped_attention_rows_with_empty_rows(
-    program, dtype: str, heads: int, length: int
-) -> None:  # type: ignore[no-untyped-def]
-    """Each row under its own mask (one query row with no key left), grouped heads."""
-    mask = data(47, "bool", (3, length, 7))
-    mask[1, 0] = False
-    arrays = [data(48, dtype, (3, heads, length, 4)), data(49, dtype, (3, 2, 7, 4)),
-              data(50, dtype, (3, 2, 7, 4)), mask]  # fmt: skip
-    run_case(program, "row_masked", arrays, [dtype] * 3 + ["bool"],
-             "std.nn.attention::grouped_attention_rows")  # fmt: skip
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])

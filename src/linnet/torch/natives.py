@@ -22,7 +22,6 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.norm::layer_norm` | `F.layer_norm` on f32 (no affine), cast to `T`, times the weight, plus the bias |
 | `std.nn.norm::batch_norm` | `F.batch_norm(training=False)` on f32, cast to `T` |
 | `std.nn.norm::group_norm` | `F.group_norm` on f32 (no affine), cast to `T`, then the per-channel affine in `T` |
-| `std.nn.attention::grouped_attention_rows` | `F.scaled_dot_product_attention` on f32, each row under its own mask, grouped heads folded into the query axis |
 | `std.nn.rope::rope` | `x * cos + roll(x) * sin'` (`sin'`: the sin table's first half negated, made once per table) |
 | `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 (a boolean mask turned additive once per mask) |
 | `std.quant::linear_int8`, `linear_int4_groups` | on the CPU in f32 without autograd, up to 32 rows: `linnet.native`'s kernels on the packed bytes (batch-1 decoding reads 1 or 0.54 byte a weight, not 4); otherwise the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
@@ -534,78 +533,6 @@ def attention(
     return out if out.dtype == dtype else out.to(dtype)
 
 
-def attention_rows(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    scale: float | torch.Tensor,
-    mask: torch.Tensor,
-    dtype: torch.dtype,
-) -> torch.Tensor:
-    """stdlib.md 9 `grouped_attention_rows` through SDPA, all in f32: row `b` under its
-    own mask `mask[b]` (`[B, Q, K]`), the `g` query heads of each key/value head folded
-    into the query axis as `attention` does (the mask repeated to match). A row whose
-    keys are all masked gets the mean of the values, as the body's -1e30 scores give.
-    """
-    f32 = torch.float32
-    q = query if query.dtype == f32 else query.to(f32)
-    k = key if key.dtype == f32 else key.to(f32)
-    v = value if value.dtype == f32 else value.to(f32)
-    if isinstance(scale, torch.Tensor):
-        q = q * scale
-        scale = 1.0
-    batch, heads, length, width = q.shape
-    groups = heads // k.shape[1]
-    q = q.reshape(batch, k.shape[1], groups * length, width)
-    additive, empty, keys = attention_mask(mask)  # [B, Q, keys], derived once per mask
-    if length != 1:
-        additive = additive.repeat(1, groups, 1)
-    out = F.scaled_dot_product_attention(
-        q, k[:, :, :keys], v[:, :, :keys], attn_mask=additive.unsqueeze(1), scale=scale
-    )
-    if empty:
-        without = ~torch.any(mask, dim=-1, keepdim=True)  # [B, Q, 1]
-        if length != 1:
-            without = without.repeat(1, groups, 1)
-        out = torch.where(without.unsqueeze(1), torch.mean(v, dim=-2, keepdim=True), out)
-    out = out.reshape(batch, heads, length, width)
-    return out if out.dtype == dtype else out.to(dtype)
-
-
-def find_attention_rows(op: Op, context: Context) -> Native | None:
-    if len(op.operands) != 5:
-        return None
-    q, k, v = (o.type for o in op.operands[:3])
-    if q.dtype not in FLOAT_DTYPES or q.rank != 4 or k.rank != 4 or k != v:
-        return None
-    if k.dtype != q.dtype or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
-        return None
-    if k.shape[1] == 0 or q.shape[1] % k.shape[1] != 0 or op.results[0].type != q:
-        return None
-    if op.operands[3].type != TensorType((), "f32"):
-        return None
-    if op.operands[4].type != TensorType((q.shape[0], q.shape[2], k.shape[2]), "bool"):
-        return None
-    known = _float_scalar(op, context, 3)
-    held = storage(q.dtype)
-    spelled = _dtype_name(q.dtype)
-
-    def kernel(
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        scale: torch.Tensor,
-        mask: torch.Tensor,
-    ) -> torch.Tensor:
-        return attention_rows(query, key, value, scale if known is None else known, mask, held)
-
-    def source(a: Sequence[str]) -> str:
-        scale = a[3] if known is None else repr(known)
-        return f"natives.attention_rows({a[0]}, {a[1]}, {a[2]}, {scale}, {a[4]}, {spelled})"
-
-    return Native("std.nn.attention::grouped_attention_rows", kernel, source)
-
-
 def packed_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -1041,7 +968,6 @@ FINDERS: dict[str, Finder] = {
     "std.nn.rope::rope": find_rope,
     "std.nn.attention::attention": find_attention,
     "std.nn.attention::grouped_attention": find_attention,
-    "std.nn.attention::grouped_attention_rows": find_attention_rows,
     "std.nn.cache::write_at": find_write_at,
     "std.nn.cache::write_span": find_write_span,
     "std.quant::linear_int8": _find_quantised_linear("std.quant::linear_int8", linear_int8, (3, 4)),
