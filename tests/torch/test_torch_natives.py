@@ -27,10 +27,16 @@ from linnet.torch.ops import Context
 SOURCE = """module native_cases
 
 use std.nn.activations::{gelu, relu, sigmoid, silu}
-use std.nn.attention::{attention, causal_mask, grouped_attention, packed_mask}
+use std.nn.attention::{
+    attention,
+    causal_mask,
+    grouped_attention,
+    packed_mask,
+}
 use std.nn.cache::{write_at, write_rows, write_slots, write_span}
 use std.nn.linear::{linear}
 use std.nn.norm::{batch_norm, group_norm, layer_norm, rms_norm}
+use std.nn.rope::{rope}
 use std.nn.softmax::{softmax}
 use std.quant::{linear_fp8, linear_int4_groups, linear_int8, linear_mxfp4}
 
@@ -94,6 +100,20 @@ pub entry spans<B: Dim, H: Dim, S: Dim, N: Dim, D: Dim>(
 where S > 0, N > 0 {
     return (write_span(cache, value, 0), write_span(cache, value, 3), write_span(cache, value, -2),
             write_span(cache, value, 9))
+}
+
+pub entry rotary<B: Dim, H: Dim, S: Dim, D: Dim, T: Float>(
+    x: Tensor[B, H, S, D; T], cos_table: Tensor[S, D; T], sin_table: Tensor[S, D; T],
+) -> Tensor[B, H, S, D; T]
+where D % 2 == 0 {
+    return rope(x, cos_table, sin_table)
+}
+
+pub entry span_at<B: Dim, H: Dim, S: Dim, N: Dim, D: Dim>(
+    cache: Tensor[B, H, S, D; f32], value: Tensor[B, H, N, D; f32], at: i32,
+) -> Tensor[B, H, S, D; f32]
+where S > 0, N > 0 {
+    return write_span(cache, value, at)
 }
 
 pub entry rows<B: Dim, H: Dim, S: Dim, D: Dim>(
@@ -362,6 +382,90 @@ def test_write_span_at_constant_positions(program, span: int) -> None:  # type: 
     """Spans inside, overlapping either end of, and past the cache (nothing written)."""
     cache, value = data(17, "f32", (2, 3, 6, 4)), data(18, "f32", (2, 3, span, 4))
     run_case(program, "spans", [cache, value], ["f32", "f32"], "std.nn.cache::write_span")
+
+
+@pytest.mark.parametrize("length", [1, 3])
+def test_attention_skips_the_keys_no_row_keeps(program, length: int) -> None:  # type: ignore[no-untyped-def]
+    """A decode step's mask keeps the positions written so far: the keys after the last
+    kept one are left out of SDPA (on the CPU), the fix-up still averages all values."""
+    q = data(53, "f32", (1, 4, length, 8))
+    k, v = data(54, "f32", (1, 2, 9, 8)), data(55, "f32", (1, 2, 9, 8))
+    mask = np.zeros((length, 9), bool)
+    mask[:, :4] = data(56, "bool", (length, 4))
+    mask[0, 3] = True
+    if length > 1:
+        mask[-1] = False  # an empty row as well
+    arrays = [q, k, v, mask, np.array(0.3, np.float32)]
+    dtypes = ["f32", "f32", "f32", "bool", "f32"]
+    run_case(program, "masked", arrays, dtypes, "std.nn.attention::grouped_attention")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
+def test_rope_is_the_body_bit_for_bit(program, dtype: str) -> None:  # type: ignore[no-untyped-def]
+    """`roll(x) * sin'` (the sign moved into the table) gives the body's products exactly."""
+    arrays = [data(38, dtype, (2, 3, 5, 8)), data(39, dtype, (5, 8)), data(40, dtype, (5, 8))]
+    run_case(program, "rotary", arrays, [dtype] * 3, "std.nn.rope::rope")
+    fn = lowered(program, "rotary", arrays, [dtype] * 3)
+    for mode in MODES:
+        native = compare(fn, arrays, mode)
+        body = compare(fn, arrays, mode, natives=False)
+        assert all(np.array_equal(a, b) for a, b in zip(native, body, strict=True))
+
+
+def test_tables_derived_once_follow_in_place_changes() -> None:
+    """A mask, sin table or positions changed in place after a call are derived again
+    (`Derived`)."""
+    import torch
+
+    from linnet.torch import natives
+
+    q = torch.from_numpy(data(41, "f32", (1, 4, 1, 8)))
+    k, v = (torch.from_numpy(data(key, "f32", (1, 2, 6, 8))) for key in (42, 43))
+    mask = torch.ones(1, 6, dtype=torch.bool)
+    natives.attention(q, k, v, 0.5, mask, False, torch.float32)
+    mask[0, 2:] = False
+    fresh = natives.attention(q, k, v, 0.5, mask.clone(), False, torch.float32)
+    assert torch.equal(natives.attention(q, k, v, 0.5, mask, False, torch.float32), fresh)
+    mask[0] = False  # no key left: the mean of the values, as the body gives
+    empty = natives.attention(q, k, v, 0.5, mask, False, torch.float32)
+    assert torch.equal(empty, v.mean(dim=2, keepdim=True).repeat_interleave(2, dim=1))
+    x = torch.from_numpy(data(44, "f32", (1, 2, 1, 8)))
+    cos, sin = (torch.from_numpy(data(key, "f32", (1, 8))) for key in (45, 46))
+    natives.rope(x, cos, sin)
+    sin.mul_(2.0)
+    assert torch.equal(natives.rope(x, cos, sin), natives.rope(x, cos, sin.clone()))
+    cache = torch.from_numpy(data(51, "f32", (3, 2, 5, 4)))
+    value = torch.from_numpy(data(52, "f32", (3, 2, 1, 4)))
+    at = torch.tensor([0, 9, 2], dtype=torch.int32)
+    with torch.no_grad():
+        natives.write_rows_in_place(cache.clone(), value, at)
+        at[1] = 4
+        expected = natives.write_rows(cache, value, at)
+        assert torch.equal(natives.write_rows_in_place(cache, value, at), expected)
+
+
+@pytest.mark.parametrize("at", [0, 4, -2, 5, 9])
+def test_write_span_at_runtime_positions(program, at: int) -> None:  # type: ignore[no-untyped-def]
+    """A position only known at run time (a decode step's): inside, overlapping either
+    end of, and past the cache."""
+    cache, value = data(34, "f32", (2, 3, 6, 4)), data(35, "f32", (2, 3, 2, 4))
+    arrays = [cache, value, np.array(at, np.int32)]
+    run_case(program, "span_at", arrays, ["f32", "f32", "i32"], "std.nn.cache::write_span")
+
+
+@pytest.mark.parametrize("at", [0, 4, -2, 5, 9])
+def test_write_span_in_place_equals_the_copy(at: int) -> None:
+    """The donated-cache `write_span` writes the same positions into the cache itself."""
+    import torch
+
+    from linnet.torch import natives
+
+    cache = torch.from_numpy(data(36, "f32", (2, 3, 6, 4)))
+    value = torch.from_numpy(data(37, "f32", (2, 3, 2, 4)))
+    expected = natives.write_span(cache, value, at)
+    with torch.no_grad():
+        written = natives.write_span_at_in_place(cache, value, torch.tensor(at, dtype=torch.int32))
+    assert written is cache and torch.equal(cache, expected)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])

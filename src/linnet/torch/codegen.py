@@ -581,7 +581,9 @@ def _prepare(
     return text
 
 
-CACHE_WRITES = frozenset({"std.nn.cache::write_rows", "std.nn.cache::write_slots"})
+CACHE_WRITES = frozenset(
+    {"std.nn.cache::write_rows", "std.nn.cache::write_slots", "std.nn.cache::write_span"}
+)
 COPYING = frozenset({"gather"})  # ops whose result never aliases their operand
 
 

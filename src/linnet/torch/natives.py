@@ -22,12 +22,13 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.norm::layer_norm` | `F.layer_norm` on f32 (no affine), cast to `T`, times the weight, plus the bias |
 | `std.nn.norm::batch_norm` | `F.batch_norm(training=False)` on f32, cast to `T` |
 | `std.nn.norm::group_norm` | `F.group_norm` on f32 (no affine), cast to `T`, then the per-channel affine in `T` |
-| `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 |
+| `std.nn.rope::rope` | `x * cos + roll(x) * sin'` (`sin'`: the sin table's first half negated, made once per table) |
+| `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 (a boolean mask turned additive once per mask) |
 | `std.quant::linear_int8`, `linear_int4_groups` | on the CPU in f32 without autograd, up to 32 rows: `linnet.native`'s kernels on the packed bytes (batch-1 decoding reads 1 or 0.54 byte a weight, not 4); otherwise the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.quant::linear_fp8`, `linear_mxfp4` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.nn.loss::linear_token_log_probs`, `linear_cross_entropy` | row blocks that never hold the `[N, V]` logits (`linnet.torch.chunked_loss`) |
 | `std.nn.cache::write_at` | `index_copy` of the one row (out of place) |
-| `std.nn.cache::write_span` at a constant position | the cache slices and the span, concatenated |
+| `std.nn.cache::write_span` at a constant position, or any on the CPU | the cache slices and the span, concatenated (the position read on the host) |
 | `std.nn.cache::write_rows` | one copy of the cache, each row's position assigned by index |
 | `std.nn.cache::write_slots` at a constant position | one copy of the cache, the listed rows assigned by index |
 | `std.nn.parallel::{all_reduce, all_gather, shared}`, when a tensor-parallel load marked them | collectives over the ranks (`linnet.torch.parallel`) |
@@ -60,7 +61,10 @@ tested against the canonical body (tests/torch/test_torch_natives.py).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -79,6 +83,7 @@ from linnet.torch.natives_quant import (
 from linnet.torch.ops import Context, Kernel
 
 MASKED_SCORE = -1e30
+D = TypeVar("D")
 
 
 def kernel_launcher(key: str) -> Kernel:
@@ -379,6 +384,98 @@ def find_group_norm(op: Op, context: Context) -> Native | None:
     )
 
 
+# -- per-step tensors derived once ----------------------------------------------------------
+
+
+class Derived(Generic[D]):
+    """A value derived from one tensor, kept while that tensor lives unchanged.
+
+    A decode step builds its mask and rotary tables once and hands the same tensor
+    objects to every layer; what a native derives from them (an additive mask, a
+    sign-flipped table, whether a mask row is empty) is the same for each layer, so it
+    is computed for the first and reused by the others. The tensor is recognised by
+    identity (a weak reference, so a freed tensor's id is never mistaken for it) and
+    its version counter, which every in-place write to it or a view of it bumps. One
+    entry per thread (the serving engine runs on its own): a new tensor replaces it.
+    Tensors made under `torch.inference_mode()` have no version counter, so nothing is
+    kept for them.
+    """
+
+    def __init__(self, make: Callable[[torch.Tensor], D]) -> None:
+        self._make = make
+        self._local = threading.local()
+
+    def __call__(self, tensor: torch.Tensor) -> D:
+        if tensor.is_inference():  # no version counter: a change could not be seen
+            return self._make(tensor)
+        held = getattr(self._local, "held", None)
+        if held is not None and held[0]() is tensor and held[1] == tensor._version:
+            value: D = held[2]
+            return value
+        value = self._make(tensor)
+        self._local.held = (weakref.ref(tensor), tensor._version, value)
+        return value
+
+
+def _attention_mask(mask: torch.Tensor) -> tuple[torch.Tensor, bool, int]:
+    """A boolean mask `[..., K]` as SDPA applies it (0 where kept, -inf where masked:
+    the conversion `F.scaled_dot_product_attention` makes of a boolean mask, in f32),
+    whether some row has no key, and the keys that matter: up to the last one any row
+    keeps. The last two are read on the CPU, where that is free (a decode step's mask
+    keeps the positions written so far, often far fewer than the cache holds: the keys
+    after them only add zero weights); elsewhere every row may be empty and all `K`
+    keys are used, so nothing waits on the device."""
+    additive = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    additive.masked_fill_(mask.logical_not(), float("-inf"))
+    width = mask.shape[-1]
+    if mask.device.type != "cpu":
+        return additive, True, width
+    empty = not bool(mask.any(dim=-1).all())
+    kept = mask.reshape(-1, width).any(dim=0).nonzero()
+    keys = int(kept[-1]) + 1 if len(kept) else width
+    return additive[..., :keys], empty, keys
+
+
+attention_mask = Derived(_attention_mask)
+
+
+# -- rotary positions ----------------------------------------------------------------------
+
+
+def _signed_sin(table: torch.Tensor) -> torch.Tensor:
+    """The sin table with its first half negated (`rope`'s rotation folds the sign in)."""
+    half = table.shape[-1] // 2
+    return torch.cat((-table[..., :half], table[..., half:]), dim=-1)
+
+
+signed_sin = Derived(_signed_sin)
+
+
+def rope(x: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor) -> torch.Tensor:
+    """stdlib.md 7 `rope`: `x * cos + rotate_half(x) * sin` in `T`, the same values.
+
+    `rotate_half(x) * sin` is `concat(-x2, x1) * sin`; here it is `roll(x) * sin'`,
+    `roll(x) = concat(x2, x1)` and `sin'` the table with its first half negated:
+    a sign moved from one factor to the other gives the same product bit for bit.
+    `sin'` is made once per table (`Derived`: a decode step's layers share it), so a
+    call is four kernels instead of seven.
+    """
+    rolled = torch.roll(x, x.shape[-1] // 2, -1)
+    return x * cos_table + rolled * signed_sin(sin_table)
+
+
+def find_rope(op: Op, context: Context) -> Native | None:
+    if len(op.operands) != 3:
+        return None
+    x, cos_table, sin_table = (v.type for v in op.operands)
+    if x.dtype not in FLOAT_DTYPES or x.rank != 4 or x.shape[3] % 2:
+        return None
+    table = TensorType(x.shape[2:], x.dtype)
+    if cos_table != table or sin_table != table or op.results[0].type != x:
+        return None
+    return Native("std.nn.rope::rope", rope, lambda a: f"natives.rope({', '.join(a)})")
+
+
 # -- attention ---------------------------------------------------------------------------
 
 
@@ -402,30 +499,38 @@ def attention(
     whose keys are all masked gets the mean of the values, as the canonical
     body's -1e30 scores give.
     """
-    q = query.to(torch.float32)
-    k = key.to(torch.float32)
-    v = value.to(torch.float32)
+    f32 = torch.float32
+    q = query if query.dtype == f32 else query.to(f32)
+    k = key if key.dtype == f32 else key.to(f32)
+    v = value if value.dtype == f32 else value.to(f32)
     if isinstance(scale, torch.Tensor):
         q = q * scale
         scale = 1.0
     batch, heads, length, width = q.shape
     groups = heads // k.shape[1]
     folded = groups != 1 and not causal
+    additive, empty, keys = None, False, k.shape[2]
+    if mask is not None:
+        # Derived once per mask: a decode step's layers share it (`Derived`).
+        additive, empty, keys = attention_mask(mask)
     if folded:
         q = q.reshape(batch, k.shape[1], groups * length, width)
-        if mask is not None and length != 1:
-            mask = mask.repeat(groups, 1)
+        if additive is not None and length != 1:
+            additive = additive.repeat(groups, 1)
     elif groups != 1:
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
-    # On the CPU a check is free; elsewhere the fix-up is applied without a host sync.
-    if mask is not None and (mask.device.type != "cpu" or not bool(mask.any(dim=-1).all())):
-        empty = ~torch.any(mask, dim=-1, keepdim=True)  # [..., Q, 1]
-        out = torch.where(empty, torch.mean(v, dim=-2, keepdim=True), out)
+    out = F.scaled_dot_product_attention(
+        q, k[:, :, :keys], v[:, :, :keys], attn_mask=additive, is_causal=causal, scale=scale
+    )
+    if mask is not None and empty:
+        without = ~torch.any(mask, dim=-1, keepdim=True)  # [..., Q, 1]
+        if folded and length != 1:
+            without = without.repeat(groups, 1)
+        out = torch.where(without, torch.mean(v, dim=-2, keepdim=True), out)
     if folded:
         out = out.reshape(batch, heads, length, width)
-    return out.to(dtype)
+    return out if out.dtype == dtype else out.to(dtype)
 
 
 def packed_attention(
@@ -670,6 +775,25 @@ def _in_place(cache: torch.Tensor, value: torch.Tensor) -> bool:
     return not (torch.is_grad_enabled() and (cache.requires_grad or value.requires_grad))
 
 
+def _rows_inside(at: torch.Tensor) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+    """For a cache of `size` positions: the rows `b` whose `at[b]` is inside it and
+    those positions (int64), each size worked out once."""
+    found: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def inside(size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if size not in found:
+            rows = ((at >= 0) & (at < size)).nonzero().reshape(-1)
+            found[size] = (rows, at[rows].to(torch.int64))
+        return found[size]
+
+    return inside
+
+
+rows_inside = Derived(_rows_inside)
+"""Per positions tensor: a decode step's every layer writes its keys and values at the
+same positions."""
+
+
 def write_rows_in_place(cache: torch.Tensor, value: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
     """`write_rows` into `cache` itself (a donated state); see `write_rows`. On the CPU,
     where finding the rows whose position is inside the cache costs no device sync, only
@@ -680,8 +804,8 @@ def write_rows_in_place(cache: torch.Tensor, value: torch.Tensor, at: torch.Tens
         return write_rows(cache, value, at)
     size = cache.shape[2]
     if cache.device.type == "cpu":
-        rows = ((at >= 0) & (at < size)).nonzero().reshape(-1)
-        cache[rows, :, at[rows].to(torch.int64)] = value[rows, :, 0]
+        rows, positions = rows_inside(at)(size)
+        cache[rows, :, positions] = value[rows, :, 0]
         return cache
     index = torch.clamp(at, 0, size - 1).to(torch.int64)
     inside = ((at >= 0) & (at < size)).reshape(-1, 1, 1)
@@ -763,12 +887,40 @@ def find_write_at(op: Op, context: Context) -> Native | None:
     )
 
 
+def write_span_in_place(cache: torch.Tensor, value: torch.Tensor, start: int) -> torch.Tensor:
+    """`write_span` into `cache` itself (a donated state); see `write_span`."""
+    if not _in_place(cache, value):
+        return write_span(cache, value, start)
+    size, count = cache.shape[2], value.shape[2]
+    low, high = max(start, 0), min(start + count, size)
+    if low < high:
+        cache[:, :, low:high] = value[:, :, low - start : high - start]
+    return cache
+
+
+def write_span_at(cache: torch.Tensor, value: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """`write_span` at a position known only at run time, on the CPU (reading it is free)."""
+    return write_span(cache, value, int(at))
+
+
+def write_span_at_in_place(
+    cache: torch.Tensor, value: torch.Tensor, at: torch.Tensor
+) -> torch.Tensor:
+    """`write_span_in_place` at a position known only at run time, on the CPU."""
+    return write_span_in_place(cache, value, int(at))
+
+
 def find_write_span(op: Op, context: Context) -> Native | None:
+    """`write_span` at a known position, or on the CPU at any position (a decode step's
+    `position` is an input: read on the host, it saves the canonical body's select over
+    the whole cache); into the cache itself when it is donated."""
     if len(op.operands) != 3:
         return None
     cache, value, at = (v.type for v in op.operands)
     known = context.known(op.operands[2])
-    if known is None or at != TensorType((), "i32") or cache.rank != 4 or value.rank != 4:
+    if at != TensorType((), "i32") or cache.rank != 4 or value.rank != 4:
+        return None
+    if known is None and context.device.type != "cpu":
         return None
     if cache.dtype != value.dtype or op.results[0].type != cache:
         return None
@@ -778,11 +930,21 @@ def find_write_span(op: Op, context: Context) -> Native | None:
         value.shape[3],
     ):
         return None
+    donated = op.operands[0] in context.donated
+    if known is None:
+        kernel = "write_span_at_in_place" if donated else "write_span_at"
+        return Native(
+            "std.nn.cache::write_span",
+            globals()[kernel],
+            lambda a: f"natives.{kernel}({a[0]}, {a[1]}, {a[2]})",
+        )
     start = int(known)
+    write = write_span_in_place if donated else write_span
+    spelled = "write_span_in_place" if donated else "write_span"
     return Native(
         "std.nn.cache::write_span",
-        lambda c, v, _at: write_span(c, v, start),
-        lambda a: f"natives.write_span({a[0]}, {a[1]}, {start})",
+        lambda c, v, _at: write(c, v, start),
+        lambda a: f"natives.{spelled}({a[0]}, {a[1]}, {start})",
     )
 
 
@@ -803,6 +965,7 @@ FINDERS: dict[str, Finder] = {
     "std.nn.norm::layer_norm": find_layer_norm,
     "std.nn.norm::batch_norm": find_batch_norm,
     "std.nn.norm::group_norm": find_group_norm,
+    "std.nn.rope::rope": find_rope,
     "std.nn.attention::attention": find_attention,
     "std.nn.attention::grouped_attention": find_attention,
     "std.nn.cache::write_at": find_write_at,
