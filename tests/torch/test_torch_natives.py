@@ -444,6 +444,29 @@ def test_tables_derived_once_follow_in_place_changes() -> None:
         assert torch.equal(natives.write_rows_in_place(cache, value, at), expected)
 
 
+def test_derived_tables_last_one_entry_call() -> None:
+    """A mask written through a NumPy view changes without a version bump: within one
+    entry call the derived mask is reused, but the next call (`begin_call`) derives it
+    again, so a caller updating a mask buffer in place between steps gets the new one."""
+    import torch
+
+    from linnet.torch import natives
+
+    q = torch.from_numpy(data(61, "f32", (1, 4, 1, 8)))
+    k, v = (torch.from_numpy(data(key, "f32", (1, 2, 6, 8))) for key in (62, 63))
+    buffer = np.ones((1, 6), dtype=np.bool_)
+    mask = torch.from_numpy(buffer)
+    natives.begin_call()
+    natives.attention(q, k, v, 0.5, mask, False, torch.float32)
+    version = mask._version
+    buffer[0, 3:] = False
+    assert mask._version == version  # nothing a version counter could see
+    natives.begin_call()
+    got = natives.attention(q, k, v, 0.5, mask, False, torch.float32)
+    fresh = natives.attention(q, k, v, 0.5, mask.clone(), False, torch.float32)
+    assert torch.equal(got, fresh)
+
+
 @pytest.mark.parametrize("at", [0, 4, -2, 5, 9])
 def test_write_span_at_runtime_positions(program, at: int) -> None:  # type: ignore[no-untyped-def]
     """A position only known at run time (a decode step's): inside, overlapping either

@@ -712,6 +712,7 @@ class CompiledFunction:
         state: Mapping[str, torch.Tensor],
         inputs: Sequence[torch.Tensor],
     ) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+        natives_module.begin_call()
         generated = self.generated
         if generated.prologue is not None:
             paths = generated.hoisting.weights

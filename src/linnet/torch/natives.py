@@ -387,6 +387,15 @@ def find_group_norm(op: Op, context: Context) -> Native | None:
 # -- per-step tensors derived once ----------------------------------------------------------
 
 
+_calls = threading.local()
+"""This thread's entry-call count (`begin_call`): what `Derived` keeps lasts one call."""
+
+
+def begin_call() -> None:
+    """A new entry call on this thread: `Derived` values of the last one are not reused."""
+    _calls.count = getattr(_calls, "count", 0) + 1
+
+
 class Derived(Generic[D]):
     """A value derived from one tensor, kept while that tensor lives unchanged.
 
@@ -399,6 +408,12 @@ class Derived(Generic[D]):
     entry per thread (the serving engine runs on its own): a new tensor replaces it.
     Tensors made under `torch.inference_mode()` have no version counter, so nothing is
     kept for them.
+
+    Nothing is reused across entry calls (`begin_call`, which the runner and the
+    generated code call first): an input tensor written through a NumPy view
+    (`torch.from_numpy`, `Tensor.numpy()`) changes without a version bump, and a caller
+    that updates a mask buffer that way between decode steps must not get the last
+    step's mask back.
     """
 
     def __init__(self, make: Callable[[torch.Tensor], D]) -> None:
@@ -409,11 +424,17 @@ class Derived(Generic[D]):
         if tensor.is_inference():  # no version counter: a change could not be seen
             return self._make(tensor)
         held = getattr(self._local, "held", None)
-        if held is not None and held[0]() is tensor and held[1] == tensor._version:
-            value: D = held[2]
+        call = getattr(_calls, "count", 0)
+        if (
+            held is not None
+            and held[0]() is tensor
+            and held[1] == tensor._version
+            and held[2] == call
+        ):
+            value: D = held[3]
             return value
         value = self._make(tensor)
-        self._local.held = (weakref.ref(tensor), tensor._version, value)
+        self._local.held = (weakref.ref(tensor), tensor._version, call, value)
         return value
 
 

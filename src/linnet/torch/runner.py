@@ -30,7 +30,7 @@ from linnet.ir.regions import clause_region, region_free_values
 from linnet.torch import clauses
 from linnet.torch.analysis import free_values, hoist, walk, weights_key
 from linnet.torch.dtypes import storage
-from linnet.torch.natives import Native, find_native
+from linnet.torch.natives import Native, begin_call, find_native
 from linnet.torch.ops import Context, Kernel, make_kernel
 
 Env = list[Any]
@@ -380,6 +380,7 @@ class Runner:
         state: Mapping[str, torch.Tensor],
         inputs: Sequence[torch.Tensor],
     ) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+        begin_call()
         env = self.template.copy()
         for slot, tensor in zip(self.inputs, inputs, strict=True):
             env[slot] = tensor

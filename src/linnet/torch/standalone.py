@@ -75,6 +75,7 @@ def standalone_source(generated: Generated, title: str) -> str:
     lines += [
         "def run(W, S, *inputs):",
         '    """One call: (results, new state by path)."""',
+        "    natives.begin_call()",
         f"    return {call}",
         "",
     ]
