@@ -19,14 +19,12 @@ the parameter paths are transformers' names. Checked:
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+import llama_example
 import numpy as np
 import pytest
 
@@ -46,20 +44,8 @@ EXAMPLE = ROOT / "examples" / "01-llama"
 SOURCE = EXAMPLE / "src" / "lib.linnet"
 
 
-def _example_module(name: str) -> ModuleType:
-    """examples/01-llama/NAME.py under a name unique to this example (the folder is no package)."""
-    unique = f"llama_example_{name}"
-    if unique not in sys.modules:
-        spec = importlib.util.spec_from_file_location(unique, EXAMPLE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[unique] = module
-        spec.loader.exec_module(module)
-    return sys.modules[unique]
-
-
-demo = _example_module("demo")
-make_weights = _example_module("make_weights")
+demo = llama_example.script("demo")
+make_weights = llama_example.script("make_weights")
 
 Array = np.ndarray[Any, Any]
 

@@ -10,12 +10,10 @@ made on the kernels' path.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+import llama_example
 import numpy as np
 import pytest
 import torch
@@ -29,17 +27,6 @@ from linnet.weights import read_safetensors
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "01-llama"
 SIZES = {"Vocab": 96, "H": 128, "Heads": 4, "KvHeads": 2, "Inner": 256, "Layers": 2}
 GENERICS = {**SIZES, "Batch": 1, "MaxSeq": 16, "T": "f32"}
-
-
-def _module(name: str) -> ModuleType:
-    unique = f"llama_example_{name}"
-    if unique not in sys.modules:
-        spec = importlib.util.spec_from_file_location(unique, EXAMPLE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[unique] = module
-        spec.loader.exec_module(module)
-    return sys.modules[unique]
 
 
 def _decode(module: Any, prompt: torch.Tensor, steps: int) -> tuple[list[int], torch.Tensor]:
@@ -62,8 +49,8 @@ def test_quantised_llama_decodes_the_same_on_the_kernels(
 ) -> None:
     if native.kernels() is None:
         pytest.skip(f"no native kernels: {native.status().reason}")
-    floats = _module("make_weights").make_weights(GENERICS, seed=7)
-    quantised = _module("quantised")
+    floats = llama_example.script("make_weights").make_weights(GENERICS, seed=7)
+    quantised = llama_example.script("quantised")
     target = tmp_path / "q.safetensors"
     quantize_checkpoint(floats, target, patterns=quantised.PATTERNS, bits=bits, group=128)
     source = tmp_path / "q.linnet"

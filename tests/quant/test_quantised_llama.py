@@ -13,12 +13,10 @@ float logits. `int8_activations=True` must move them, by less than that.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+import llama_example
 import numpy as np
 import pytest
 import torch
@@ -35,17 +33,6 @@ GENERICS = {**SIZES, "Batch": 1, "MaxSeq": 16, "T": "f32"}
 GROUP = 32
 
 Array = np.ndarray[Any, Any]
-
-
-def _module(name: str) -> ModuleType:
-    unique = f"llama_example_{name}"
-    if unique not in sys.modules:
-        spec = importlib.util.spec_from_file_location(unique, EXAMPLE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[unique] = module
-        spec.loader.exec_module(module)
-    return sys.modules[unique]
 
 
 def _ort_dequantised(weight: Array, group: int) -> Array:
@@ -78,8 +65,8 @@ def _float_logits(weights: dict[str, Array], tokens: Array) -> Array:
 
 @pytest.mark.parametrize("bits", [4, 8])
 def test_quantised_llama_matches_the_library_dequantised_weights(tmp_path: Path, bits: int) -> None:
-    make_weights = _module("make_weights")
-    quantised = _module("quantised")
+    make_weights = llama_example.script("make_weights")
+    quantised = llama_example.script("quantised")
     floats = make_weights.make_weights(GENERICS, seed=3)
     save_safetensors(floats, tmp_path / "float.safetensors")
     quantize_checkpoint(
