@@ -31,6 +31,8 @@ EXAMPLE = ROOT / "examples" / "01-llama"
 SIZES = {"Vocab": 64, "H": 64, "Heads": 4, "KvHeads": 2, "Inner": 96, "Layers": 2}
 GENERICS = {**SIZES, "Batch": 1, "MaxSeq": 16, "T": "f32"}
 GROUP = 32
+_module = llama_example.script
+"""The example's scripts by name (other quantisation tests import this name)."""
 
 Array = np.ndarray[Any, Any]
 
