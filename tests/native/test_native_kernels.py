@@ -108,10 +108,10 @@ def test_int4_groups(
     assert (np.abs(y.numpy() - expected) <= _bound(terms, into)).all()
 
 
-@pytest.mark.parametrize("rows", [1, 3])
-def test_f32_rows(library: Kernels, rows: int) -> None:
+@pytest.mark.parametrize(("out", "into"), [(13, 100), (301, 530)])
+@pytest.mark.parametrize("rows", [1, 3, 4, 5, 8, 13])
+def test_f32_rows(library: Kernels, rows: int, out: int, into: int) -> None:
     rng = np.random.default_rng(rows)
-    out, into = 13, 100
     x = rng.standard_normal((rows, into)).astype(np.float32)
     w = rng.standard_normal((out, into)).astype(np.float32)
     bias = rng.standard_normal(out).astype(np.float32)
@@ -123,6 +123,21 @@ def test_f32_rows(library: Kernels, rows: int) -> None:
     expected = x.astype(np.float64) @ w.T.astype(np.float64) + bias
     terms = np.abs(x).astype(np.float64) @ np.abs(w).T + np.abs(bias)
     assert (np.abs(y.numpy() - expected) <= _bound(terms, into)).all()
+
+
+def test_f32_rows_are_the_same_alone_and_in_a_batch(library: Kernels) -> None:
+    """The multi-row tiles sum each output in the one-row order: bitwise equal, so a
+    request's tokens do not depend on the other rows of a batched decode step."""
+    rng = np.random.default_rng(5)
+    out, into, rows = 301, 530, 13
+    x = _tensor(rng.standard_normal((rows, into)).astype(np.float32))
+    w = _tensor(rng.standard_normal((out, into)).astype(np.float32))
+    together = torch.empty(rows, out)
+    library.f32_linear(x.data_ptr(), rows, into, w.data_ptr(), None, together.data_ptr(), out, 2)
+    for row in range(rows):
+        alone = torch.empty(1, out)
+        library.f32_linear(x[row].data_ptr(), 1, into, w.data_ptr(), None, alone.data_ptr(), out, 1)
+        assert torch.equal(alone[0], together[row]), row
 
 
 def test_int4_rejects_a_group_that_does_not_divide(library: Kernels) -> None:

@@ -13,9 +13,9 @@
  *
  * Batch-1 decoding reads every weight once, so these are written for bandwidth: each OpenMP
  * thread streams contiguous pieces of output rows (about 128 KiB of weight each, taken in
- * turn), a few rows at a time (independent accumulators), every weight byte read once for
- * all M rows of x (the block's bytes stay in
- * L1 while the M rows go by). The OpenMP runtime is the libgomp.so.1 that torch loaded, so the
+ * turn), a few rows at a time (independent accumulators), every weight byte read from memory
+ * once for all M rows of x (the block's bytes stay in L1 or L2 while the M rows go by; f32
+ * products of several rows use register tiles, `f32_rows_tiled`). The OpenMP runtime is the libgomp.so.1 that torch loaded, so the
  * threads are torch's own pool and `torch.set_num_threads` counts here too.
  *
  * Measured (bench/quant_kernels.py, one row, 2 threads, AMD EPYC Zen 4, a quiet moment, NumPy
@@ -43,6 +43,9 @@
 #endif
 
 #define ROWS 4 /* output rows per block (int8, f32, small int4 groups); 2, 6, 8 no faster */
+#ifndef F32_TILED_FROM
+#define F32_TILED_FROM 2 /* rows of x from which the f32 product takes the register tiles */
+#endif
 
 const char *linnet_native_path(void) {
 #if defined(LINNET_AVX512)
@@ -450,9 +453,94 @@ static void f32_rows(const float *x, int64_t m, int64_t in, const float *w, cons
     }
 }
 
+#ifdef VECTOR
+/* Several rows of x at once (a batched decode step): a register tile of `F32_XR` rows of x by
+ * `F32_WR` weight rows, so each weight vector is loaded once for all the tile's rows of x (the
+ * row-at-a-time loop above reads the block again from L2 for every row, and at 8 rows the
+ * product becomes bound by those reads rather than by memory). Each output is summed in the
+ * same order as `f32_rows` (16 lanes over `i`, then the lanes, then the tail), so a row's
+ * result is bitwise the same alone or in a batch of any size. */
+#ifdef F32_XR
+/* set by the build (-DF32_XR=.. -DF32_WR=.., for experiments) */
+#elif defined(LINNET_AVX512)
+#define F32_XR 4 /* 24 accumulators + 6 weight vectors + 1 of x: 31 of the 32 registers */
+#define F32_WR 6 /* measured against 8x3, 6x4, 5x5, 4x5, 3x7, 2x10: 10-25% faster at 4-16 rows */
+#else
+#define F32_XR 4 /* AVX2's 16 registers: 4 x 2 accumulators + 2 weight + 2 x halves */
+#define F32_WR 1
+#endif
+
+static inline __attribute__((always_inline)) void f32_tile(
+    const float *x, int64_t in, const float *w, const float *ahead, int64_t wrows,
+    const float *bias, float *y, int64_t out, int64_t o, const int xr) {
+    const float *wr[F32_WR];
+    for (int r = 0; r < F32_WR; r++) wr[r] = w + (r < wrows ? r : 0) * in;
+    vf acc[F32_XR][F32_WR];
+    for (int b = 0; b < xr; b++)
+        for (int r = 0; r < F32_WR; r++) acc[b][r] = vzero();
+    int64_t i = 0;
+    for (; i + 16 <= in; i += 16) {
+        vf wv[F32_WR];
+        for (int r = 0; r < F32_WR; r++) {
+            if (ahead) prefetch(ahead + F32_WR * i + 16 * r);
+            wv[r] = vload(wr[r] + i);
+        }
+        for (int b = 0; b < xr; b++) {
+            vf xv = vload(x + b * in + i);
+            for (int r = 0; r < F32_WR; r++) acc[b][r] = vfma(xv, wv[r], acc[b][r]);
+        }
+    }
+    for (int b = 0; b < xr; b++) {
+        const float *xb = x + b * in;
+        for (int r = 0; r < wrows; r++) {
+            float dot = vsum(acc[b][r]);
+            for (int64_t t = i; t < in; t++) dot += xb[t] * wr[r][t];
+            y[b * out + o + r] = dot + (bias ? bias[o + r] : 0.0f);
+        }
+    }
+}
+
+static void f32_rows_tiled(const float *x, int64_t m, int64_t in, const float *w,
+                           const float *bias, float *y, int64_t out, int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; o += F32_WR) {
+        int64_t wrows = o1 - o < F32_WR ? o1 - o : F32_WR;
+        const float *block = w + o * in;
+        const float *ahead = o + F32_WR < o1 ? block + F32_WR * in : NULL; /* the next block */
+        for (int64_t b0 = 0; b0 < m; b0 += F32_XR) {
+            const float *xb = x + b0 * in, *next = b0 == 0 ? ahead : NULL;
+            float *yb = y + b0 * out;
+            switch (m - b0 < F32_XR ? m - b0 : F32_XR) {
+            case 1: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, 1); break;
+            case 2: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, 2); break;
+            case 3: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, 3); break;
+#if F32_XR > 4
+            case 4: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, 4); break;
+#endif
+#if F32_XR > 5
+            case 5: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, 5); break;
+#endif
+#if F32_XR > 6
+            case 6: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, 6); break;
+#endif
+#if F32_XR > 7
+            case 7: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, 7); break;
+#endif
+            default: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, F32_XR); break;
+            }
+        }
+    }
+}
+#endif
+
 int linnet_f32_linear(const float *x, int64_t m, int64_t in, const float *w, const float *bias,
                       float *y, int64_t out, int asked) {
     int threads = threads_for(out * in * 4, asked);
+#ifdef VECTOR
+    if (m >= F32_TILED_FROM) {
+        PIECES(out, 4 * in, threads, f32_rows_tiled(x, m, in, w, bias, y, out, o0, o1));
+        return 0;
+    }
+#endif
     PIECES(out, 4 * in, threads, f32_rows(x, m, in, w, bias, y, out, o0, o1));
     return 0;
 }

@@ -50,15 +50,18 @@ kernel took 0.39 / 1.3 / 4.9 / 20 ms at 1 / 4 / 16 / 64 rows against 2.7 / 6.0 /
 26 ms: both ahead up to 16 rows and level near 64, so a longer prefill keeps `F.linear`
 (and builds the dequantised copy)."""
 
-F32_NATIVE_ROWS = 4
+F32_NATIVE_ROWS = 32
 """Most rows of `x` for the f32 kernel (`native_linear_f32`), whose contender is oneDNN on
-the same f32 weight, not a dequantised copy. The kernel reads the weight once per two rows
-of `x`, so oneDNN's blocked product wins as rows grow. Measured (bench/quant_kernels.py
---threads 2 --rows 1,2,4,8,16 --only native,oneDNN, quiet, load 0.9-1.1), kernel against
-oneDNN in ms: 5632 x 2048 at 4 / 8 / 16 rows 2.04 / 2.65 / 4.21 against ~2.1 / 2.41 / 3.25;
-2048 x 5632 at 1 / 2 / 4 / 8 / 16 rows 1.17 / 1.38 / 1.96 / 2.88 / 5.00 against 1.18 / 1.89
-/ 1.99 / 2.42 / 3.18. An 8-stream TinyLlama serve (8 rows a step) took the kernel at the
-old limit of 32 rows and fell from 4.3x to 3.5x its one-stream rate."""
+the same f32 weight, not a dequantised copy. From 2 rows the kernel runs register tiles of
+4 rows of x by 6 weight rows (each weight vector loaded once for the tile's rows), and a
+row's result is bitwise the same alone or in a batch (same summation order), so a request's
+greedy tokens do not depend on what else the engine is decoding. Measured
+(an A/B of the library against oneDNN's `_linear_pointwise` in one process, two
+threads, best of 5, load 1.2 with other work on the machine), kernel against oneDNN in ms:
+5632 x 2048 at 1 / 4 / 8 / 16 / 32 rows 1.55 / 1.92 / 2.54 / 3.41 / 5.21 against 1.72 /
+2.81 / 3.16 / 4.01 / 5.57; 2048 x 5632 1.37 / 1.92 / 2.20 / 3.31 / 4.79 against 1.87 /
+2.94 / 2.82 / 3.92 / 5.53. One thread, 8 rows of 5632 x 2048: 4.18 ms against 4.57 (the
+row-at-a-time loop before the tiles: 6.09, which is why the limit was 4 rows)."""
 
 _Key = tuple[int, ...]
 _cache: dict[int, tuple[weakref.ref[torch.Tensor], _Key, torch.Tensor]] = {}
