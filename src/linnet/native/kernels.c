@@ -129,8 +129,11 @@ static inline void vu4(const uint8_t *p, vf *low, vf *high) {
  * 128 KiB of weight. Threads take pieces in turn (OpenMP's dynamic schedule) rather than
  * a fixed half each: on a shared machine one thread is often slowed or descheduled for a
  * while, and the others then take its pieces instead of waiting for it. */
+#ifndef PIECE_BYTES
+#define PIECE_BYTES (128 * 1024)
+#endif
 static int64_t piece_rows(int64_t row_bytes) {
-    int64_t rows = (128 * 1024) / (row_bytes > 0 ? row_bytes : 1);
+    int64_t rows = PIECE_BYTES / (row_bytes > 0 ? row_bytes : 1);
     rows = (rows + 23) / 24 * 24;
     return rows < 24 ? 24 : rows;
 }
@@ -509,24 +512,27 @@ static void f32_rows_tiled(const float *x, int64_t m, int64_t in, const float *w
         for (int64_t b0 = 0; b0 < m; b0 += F32_XR) {
             const float *xb = x + b0 * in, *next = b0 == 0 ? ahead : NULL;
             float *yb = y + b0 * out;
+#define TILE(n) f32_tile(xb, in, block, next, wrows, bias, yb, out, o, n)
+            /* each case a tile of constant height, so its accumulators stay in registers */
             switch (m - b0 < F32_XR ? m - b0 : F32_XR) {
-            case 1: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, 1); break;
-            case 2: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, 2); break;
-            case 3: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, 3); break;
+            case 1: TILE(1); break;
+            case 2: TILE(2); break;
+            case 3: TILE(3); break;
 #if F32_XR > 4
-            case 4: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, 4); break;
+            case 4: TILE(4); break;
 #endif
 #if F32_XR > 5
-            case 5: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, 5); break;
+            case 5: TILE(5); break;
 #endif
 #if F32_XR > 6
-            case 6: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, 6); break;
+            case 6: TILE(6); break;
 #endif
 #if F32_XR > 7
-            case 7: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, 7); break;
+            case 7: TILE(7); break;
 #endif
-            default: f32_tile(xb, in, block, next, wrows, bias, yb, out, o, F32_XR); break;
+            default: TILE(F32_XR); break;
             }
+#undef TILE
         }
     }
 }
