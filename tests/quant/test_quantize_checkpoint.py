@@ -116,3 +116,22 @@ def test_cli_quantize(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "matches no tensor" in capsys.readouterr().err
     assert main(["quantize", str(path), "-o", str(out)]) == 2
     assert main(["quantize", str(path), "--pattern", "x", "--bits", "four", "-o", "y"]) == 2
+
+
+def test_transposed_weights_are_quantised_as_their_out_in_form(tmp_path: Path) -> None:
+    """`Conv1D` weights (`[In, Out]`, GPT-2's) named by `transposed` are quantised as the
+    `[Out, In]` matrix they hold; a `transposed` glob matching no quantised weight is refused."""
+    rng = np.random.default_rng(1)
+    conv = rng.standard_normal((64, 24)).astype(np.float32)  # [In, Out]
+    path = tmp_path / "conv.safetensors"
+    save_safetensors({"h.0.c_fc.weight": conv, "h.0.c_fc.bias": np.ones(24, np.float32)}, path)
+    out = tmp_path / "q.safetensors"
+    quantize_checkpoint(path, out, patterns=["*.weight"], transposed=["*.c_fc.weight"], bits=8)
+    q, scale = int8_rows(np.ascontiguousarray(conv.T))
+    stored = read_safetensors(out)
+    np.testing.assert_array_equal(stored["h.0.c_fc.weight"], q)
+    np.testing.assert_array_equal(stored["h.0.c_fc.scale"], scale)
+    with pytest.raises(LinnetError, match=r"c_attn\.weight` matches no quantised weight"):
+        quantize_checkpoint(path, tmp_path / "x.safetensors", patterns=["*.weight"],
+                            transposed=["h.*.c_attn.weight"])  # fmt: skip
+    assert not (tmp_path / "x.safetensors").exists()

@@ -14,6 +14,12 @@ section 20), under the paths that block declares:
 | `fp8` | `Fp8Linear<In, Out, T>` | `<name>.weight` u8 `[Out, In]` (E4M3FN), `<name>.scale` f32 `[Out, 1]` |
 | `mxfp4` | `Mxfp4Linear<In, Out, T>` | `<name>.weight` u8 `[Out, In/32, 16]`, `<name>.scale` u8 `[Out, In/32]` (E8M0) |
 
+Weights stored `[In, Out]` (transformers' `Conv1D`, as GPT-2 keeps its
+projections) are named by `transposed`, globs among the matched weights: they
+are transposed before quantising, so the output holds the same `[Out, ...]`
+layouts and a source reads them with the same std blocks
+(`linnet.quant.source` rewrites `Conv1D` members to them).
+
 Every other tensor (biases, norms, embeddings, unmatched weights) is copied
 unchanged, so a source that swaps `Linear` for the quantised block binds the
 file as it bound the float one. The quantisers are `linnet.quant.rtn`
@@ -64,13 +70,15 @@ def quantize_checkpoint(
     group: int = 128,
     dtype: str | None = None,
     scheme: str = "int",
+    transposed: Sequence[str] = (),
 ) -> list[str]:
     """Quantise the `.weight` tensors whose names match any glob in `patterns`; returns
     the names of the weights quantised (see the module docstring).
 
     `scheme` is `int` (`bits` and `group` apply), `fp8` or `mxfp4`. `dtype` is the
     4-bit scales' dtype (the block's `T`); by default the weight's own float dtype
-    (f64 weights give f32 scales). 8-bit and FP8 scales are always f32.
+    (f64 weights give f32 scales). 8-bit and FP8 scales are always f32. `transposed`:
+    globs naming the matched weights stored `[In, Out]` (`Conv1D`).
     """
     if method not in METHODS:
         raise LinnetError(f"quantize: unknown method `{method}` (known: {', '.join(METHODS)})")
@@ -88,6 +96,7 @@ def quantize_checkpoint(
         raise LinnetError("quantize: no patterns given (globs over parameter paths)")
     source = open_checkpoint(weights)
     chosen = _matched(source.label, list(source.tensors), patterns)
+    flipped = _matched(source.label, sorted(chosen), transposed, "quantised weight")
     conversions: dict[str, Conversion] = {}
     for name in sorted(chosen):
         stored = source.tensors[name]
@@ -98,7 +107,7 @@ def quantize_checkpoint(
                 f"{stored.dtype} {list(stored.shape)}; only 2-D float linear weights [Out, In] "
                 "can be quantised"
             )
-        out, width = stored.shape
+        out, width = stored.shape[::-1] if name in flipped else stored.shape
         prefix = name.removesuffix(".weight")
         block = MX_BLOCK if scheme == "mxfp4" else group
         if (scheme == "mxfp4" or (scheme == "int" and bits == 4)) and width % block:
@@ -128,8 +137,9 @@ def quantize_checkpoint(
     def convert(name: str) -> dict[str, Array]:
         prefix = name.removesuffix(".weight")
         stored = source.load(name)
+        weight = np.ascontiguousarray(stored.T) if name in flipped else stored
         kinds = {n: k for n, k, _ in conversions[name].produced}
-        arrays = _quantize(stored, scheme, bits, group)
+        arrays = _quantize(weight, scheme, bits, group)
         release_mapped(stored)
         return {
             f"{prefix}.{role}": value.astype(NUMPY_DTYPES[kinds[f"{prefix}.{role}"]])
@@ -156,13 +166,15 @@ def _quantize(weight: Array, scheme: str, bits: int, group: int) -> dict[str, Ar
     return {"weight": packed, "scale": scale, "zero": zero}
 
 
-def _matched(label: str, names: list[str], patterns: Sequence[str]) -> set[str]:
+def _matched(
+    label: str, names: list[str], patterns: Sequence[str], what: str = "tensor"
+) -> set[str]:
     chosen: set[str] = set()
     for pattern in patterns:
         hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
         if not hits:
             raise LinnetError(
-                f"{label}: the pattern `{pattern}` matches no tensor (globs match whole "
+                f"{label}: the pattern `{pattern}` matches no {what} (globs match whole "
                 "tensor names, e.g. `model.layers.*.self_attn.q_proj.weight`)"
             )
         for name in hits:
