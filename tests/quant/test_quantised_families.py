@@ -1,0 +1,166 @@
+"""Quantised Qwen2, Qwen3, Phi-3 and GPT-2 examples (`linnet.quant.quantize_source`) end to end.
+
+Each family's float source is rewritten by the one library rewrite, its
+transformers `state_dict` (tests/decoder_cases.py: a small random model whose
+norms and biases matter) quantised by `quantize_checkpoint` with the globs the
+rewrite names (GPT-2's `Conv1D` weights, stored `[In, Out]`, transposed first).
+The reference is the transformers model itself with every quantised weight
+replaced by its dequantised value (`linnet.gguf.quantised.dequantized`, the NumPy
+decoder checked against GPTQ's and the std bodies elsewhere). The quantised
+source through `linnet.torch` and `linnet.onnx.load_model` must give its
+`forward` logits within f32 rounding, while quantisation itself moves them much
+further, and the same greedy tokens through `prefill` and `decode` as the
+reference's `generate`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import decoder_cases  # noqa: E402
+import family_support  # noqa: E402
+
+import linnet.onnx  # noqa: E402
+import linnet.torch  # noqa: E402
+from linnet.errors import LinnetError  # noqa: E402
+from linnet.gguf.quantised import dequantized  # noqa: E402
+from linnet.quant import quantize_checkpoint, quantize_source  # noqa: E402
+from linnet.weights import read_safetensors, save_safetensors  # noqa: E402
+
+Array = np.ndarray[Any, Any]
+Call = Callable[[str, list[Array]], Array]
+GROUP = 16  # divides every linear's inputs at the small sizes (32, 48, 64, 128)
+MAX_SEQ = 16
+KINDS = {"int4": "int4_groups", "int8": "int8", "fp8": "fp8", "mxfp4": "mxfp4"}
+
+CASES = [
+    ("qwen2", "int4"),
+    ("qwen2", "int8"),
+    ("qwen3", "int4"),
+    ("qwen3", "int8"),
+    ("phi3", "int4"),
+    ("phi3", "int8"),
+    ("gpt2", "int4"),
+    ("gpt2", "int8"),
+    ("gpt2", "fp8"),
+    ("gpt2", "mxfp4"),  # GPT-2's inputs (32, 128) are whole MX blocks; the others' 48 is not
+]
+
+
+def _options(kind: str) -> dict[str, Any]:
+    if kind in ("fp8", "mxfp4"):
+        return {"scheme": kind}
+    return {"bits": int(kind[3:]), "group": GROUP}
+
+
+def _reference(decoder: decoder_cases.Decoder, stored: dict[str, Array], quantised: list[str],
+               transposed: set[str], kind: str) -> Any:  # fmt: skip
+    """The transformers model holding the dequantised weights of `stored`."""
+    model = copy.deepcopy(decoder.reference)
+    state = model.state_dict()
+    for name in quantised:
+        prefix = name.removesuffix(".weight")
+        zero = stored.get(f"{prefix}.zero") if kind == "int4" else None
+        weight = dequantized(KINDS[kind], stored[name], stored[f"{prefix}.scale"], zero, None)
+        weight = weight.T if name in transposed else weight
+        assert state[name].shape == weight.shape, name
+        state[name] = torch.from_numpy(np.ascontiguousarray(weight, np.float32))
+    model.load_state_dict(state)
+    return model
+
+
+def _greedy(call: Call, prompt: Array, steps: int) -> list[int]:
+    """`steps` greedy tokens: `prefill` of the prompt, then one `decode` per token."""
+    token = call("prefill", [prompt[None], np.int32(0)])[0, -1].argmax()
+    chosen = [int(token)]
+    for step in range(1, steps):
+        position = np.int32(len(prompt) + step - 1)
+        token = call("decode", [np.array([chosen[-1]], np.int32), position])[0].argmax()
+        chosen.append(int(token))
+    return chosen
+
+
+@pytest.mark.parametrize(("family", "kind"), CASES)
+def test_quantised_family_matches_its_dequantised_transformers_model(
+    tmp_path: Path, family: str, kind: str
+) -> None:
+    decoder = getattr(decoder_cases, family)()
+    rewrite = quantize_source(decoder.source.read_text(), **_options(kind))
+    assert rewrite.transposed == (rewrite.patterns if family == "gpt2" else ())
+    save_safetensors(decoder.weights, tmp_path / "float.safetensors")
+    quantised = quantize_checkpoint(tmp_path / "float.safetensors", tmp_path / "q.safetensors",
+                                    patterns=rewrite.patterns, transposed=rewrite.transposed,
+                                    **_options(kind))  # fmt: skip
+    layers = 2
+    per_layer = {"qwen2": 7, "qwen3": 7, "phi3": 4, "gpt2": 4}[family]
+    head = 0 if family == "gpt2" else 1  # GPT-2's head is the (float) token embedding
+    assert len(quantised) == per_layer * layers + head
+    source = tmp_path / "q.linnet"
+    source.write_text(rewrite.text)
+    stored = read_safetensors(tmp_path / "q.safetensors")
+    transposed = set(quantised) if family == "gpt2" else set()
+    reference = _reference(decoder, stored, quantised, transposed, kind)
+    exact = decoder
+    quantised_decoder = copy.copy(decoder)
+    quantised_decoder.reference = reference
+
+    generics = decoder.generics(1, MAX_SEQ)
+    module = linnet.torch.load(source, generics=generics, weights=tmp_path / "q.safetensors")
+    onnx_model = linnet.onnx.load_model(source, generics=generics,
+                                        weights=tmp_path / "q.safetensors")  # fmt: skip
+
+    def torch_call(entry: str, inputs: list[Array]) -> Array:
+        args = [torch.from_numpy(np.asarray(x)) if np.ndim(x) else int(x) for x in inputs]
+        with torch.no_grad():
+            out: Array = module.run_entry(entry, args).numpy()
+        return out
+
+    def onnx_call(entry: str, inputs: list[Array]) -> Array:
+        return np.asarray(onnx_model.run_entry(entry, inputs))
+
+    tokens = decoder_cases.prompts(decoder.vocab, [9], seed=5)[0]
+    expected = quantised_decoder.logits(tokens)
+    quantisation_error = float(np.abs(exact.logits(tokens) - expected).max())
+    assert quantisation_error > 1e-3  # the weights really were quantised
+    prompt = tokens[:5]
+    want = quantised_decoder.generate(prompt, 6)
+    for call in (torch_call, onnx_call):
+        got = call("forward", [tokens[None]])[0]
+        gap = float(np.abs(got - expected).max())
+        assert gap <= 1e-4 * max(1.0, float(np.abs(expected).max())), (call.__name__, gap)
+        assert gap < quantisation_error / 20
+        assert _greedy(call, prompt, 6) == want, call.__name__
+    kernels = {n.op_type for s in onnx_model.sessions for n in s.proto.graph.node}
+    assert ("MatMulNBits" in kernels) == (kind == "int4")
+
+
+def test_the_rewrite_states_what_the_std_blocks_need() -> None:
+    """Phi-3's fused projections stay whole; the divisibility facts climb to the root with
+    the holders' arguments; entries reading `lm_head.weight` go unless `lm_head` is kept."""
+    text = family_support.source("phi3").read_text()
+    rewrite = quantize_source(text, bits=4, group=64)
+    assert "sub qkv_proj: Int4GroupLinear<H, (Heads + 2 * KvHeads) * HeadDim, 64, T>" in (
+        rewrite.text
+    )
+    root = rewrite.text[rewrite.text.index("pub block Phi3ForCausalLM<") :]
+    for fact in ("H % 64 == 0", "Inner % 64 == 0", "(Heads * HeadDim) % 64 == 0"):
+        assert f"    {fact},\n" in root[: root.index("\n{\n")]
+    assert "entry loss_packed" not in rewrite.text and "use std.nn.loss" not in rewrite.text
+    assert "lm_head.weight" in rewrite.patterns and "*.qkv_proj.weight" in rewrite.patterns
+    kept = quantize_source(text, scheme="fp8", keep=("lm_head",))
+    assert "sub lm_head: Linear<H, Vocab, T>" in kept.text and "entry loss_packed" in kept.text
+    assert "lm_head.weight" not in kept.patterns and "where\n    H %" not in kept.text
+    with pytest.raises(LinnetError, match="no linear to quantise"):
+        quantize_source(text, bits=8, keep=("qkv_proj", "o_proj", "gate_up_proj", "down_proj",
+                                            "lm_head"))  # fmt: skip
+    with pytest.raises(LinnetError, match="group must be a positive even size"):
+        quantize_source(text, bits=4, group=3)
