@@ -33,6 +33,7 @@ import linnet.onnx  # noqa: E402
 import linnet.torch  # noqa: E402
 from linnet.errors import LinnetError  # noqa: E402
 from linnet.gguf.quantised import dequantized  # noqa: E402
+from linnet.pipeline import check_source  # noqa: E402
 from linnet.quant import quantize_checkpoint, quantize_source  # noqa: E402
 from linnet.weights import read_safetensors, save_safetensors  # noqa: E402
 
@@ -164,3 +165,78 @@ def test_the_rewrite_states_what_the_std_blocks_need() -> None:
                                             "lm_head"))  # fmt: skip
     with pytest.raises(LinnetError, match="group must be a positive even size"):
         quantize_source(text, bits=4, group=3)
+
+
+SYNTHETIC = """module synth
+
+use std.nn.linear::{Linear, linear}
+use std.nn.loss::{linear_token_log_probs}
+
+/// A linear under another name, its bias optional.
+pub block Proj<A: Dim, B: Dim, T: Float> {
+    param weight: Tensor[B, A; T]
+    param bias: Tensor[B; T]? = none
+
+    pub fn forward<*S: Shape>(x: Tensor[*S, A; T]) -> Tensor[*S, B; T] {
+        return linear(x, weight, bias)
+    }
+}
+
+pub block Pair<N: Dim, T: Float = f32>
+where N > 0 {
+    sub wide: Linear<N, N * 2, T>
+    sub narrow: Proj<N * 2, N, T>
+
+    pub fn forward<*S: Shape>(x: Tensor[*S, N; T]) -> Tensor[*S, N; T] {
+        return narrow.forward(wide.forward(x))
+    }
+}
+
+pub block Top<D: Dim, V: Dim, T: Float> {
+    sub pair: Pair<D + 2>
+    sub head: Linear<D + 2, V, f32>
+
+    pub entry forward<S: Dim>(x: Tensor[S, D + 2; f32]) -> Tensor[S, V; f32] {
+        return head.forward(pair.forward(x))
+    }
+
+    /// `log p(targets)`: reads the head as a float matrix.
+    pub entry log_probs<S: Dim>(
+        x: Tensor[S, D + 2; f32],
+        targets: Tensor[S; i64],
+    ) -> Tensor[S; f32] {
+        return linear_token_log_probs(pair.forward(x), head.weight, targets)
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("options", [{"bits": 4, "group": 16}, {"bits": 8}, {"scheme": "mxfp4"}])
+def test_the_rewrite_of_a_small_module_checks(options: dict[str, Any]) -> None:
+    """A linear-shaped block of the file is a linear; facts go through generic arguments
+    (a compound one, a defaulted `T`) and a clause on one line; the entry reading
+    `head.weight` goes with its doc comment, and the imports only it used."""
+    rewrite = quantize_source(SYNTHETIC, **options)
+    program = check_source(rewrite.text)
+    assert not program.has_errors, [d.message for d in program.diagnostics]
+    assert rewrite.patterns == ("*.wide.weight", "*.narrow.weight", "head.weight")
+    assert "log_probs" not in rewrite.text and "use std.nn.loss" not in rewrite.text
+    assert "reads the head" not in rewrite.text and "\n\n\n" not in rewrite.text
+    assert "use std.nn.linear::{linear}\n" in rewrite.text
+    group = {4: 16, 8: 0}[options["bits"]] if "bits" in options else 32
+    facts = [f"(D + 2) % {group} == 0", f"((D + 2) * 2) % {group} == 0"]
+    assert all((f"    {fact}" in rewrite.text) == bool(group) for fact in facts)
+
+
+def test_the_rewrite_refuses_what_it_cannot_quantise() -> None:
+    reader = SYNTHETIC.replace("pub entry log_probs", "pub fn log_probs")
+    with pytest.raises(LinnetError, match=r"`Top.log_probs` reads `head.weight` as a float"):
+        quantize_source(reader, bits=8)
+    literal = SYNTHETIC.replace("sub head: Linear<D + 2, V, f32>", "sub head: Linear<48, V, f32>")
+    literal = literal.replace("D + 2; f32]", "48; f32]").replace("sub pair: Pair<D + 2>",
+                                                                  "sub pair: Pair<48>")  # fmt: skip
+    sized = quantize_source(literal, bits=4, group=16).text  # 48 and 48 * 2: no facts to state
+    assert "pub block Top<D: Dim, V: Dim, T: Float> {" in sized
+    assert not check_source(sized).has_errors
+    with pytest.raises(LinnetError, match="has 48 inputs, which the group size 32 does not"):
+        quantize_source(literal, scheme="mxfp4")

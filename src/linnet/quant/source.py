@@ -31,6 +31,7 @@ The result also names the weights to quantise, as `quantize_checkpoint` globs:
 
 from __future__ import annotations
 
+import ast as python_ast
 import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
@@ -240,10 +241,11 @@ def _state_facts(plan: _Plan, blocks: dict[str, ast.BlockDecl], divisor: int, pa
     for name, block in blocks.items():
         facts: list[str] = []
         for term in terms(name):
-            if term.isdigit():
-                if int(term) % divisor:
+            value = _constant(term)
+            if value is not None:
+                if value % divisor:
                     raise LinnetError(
-                        f"{path}: a linear in `{name}` has {term} inputs, which the group "
+                        f"{path}: a linear in `{name}` has {value} inputs, which the group "
                         f"size {divisor} does not divide"
                     )
                 continue
@@ -255,6 +257,29 @@ def _state_facts(plan: _Plan, blocks: dict[str, ast.BlockDecl], divisor: int, pa
             start = block.where.span.start if block.where else _header_end(block)
             prefix = "" if block.where else "\n"
             plan.edit(start, block.body_span.start, f"{prefix}where\n{lines}\n")
+
+
+def _constant(term: str) -> int | None:
+    """The value of a term of integers, `+`, `-` and `*` alone; None for any other."""
+    if _WORD.search(term):
+        return None
+    try:
+        tree = python_ast.parse(term, mode="eval").body
+    except SyntaxError:
+        return None
+    operators = {python_ast.Add: int.__add__, python_ast.Sub: int.__sub__,
+                 python_ast.Mult: int.__mul__}  # fmt: skip
+
+    def value(node: python_ast.expr) -> int | None:
+        if isinstance(node, python_ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, python_ast.BinOp) and type(node.op) in operators:
+            left, right = value(node.left), value(node.right)
+            if left is not None and right is not None:
+                return operators[type(node.op)](left, right)
+        return None
+
+    return value(tree)
 
 
 def _header_end(block: ast.BlockDecl) -> int:
