@@ -34,6 +34,7 @@ from linnet import __version__
 from linnet.errors import LinnetError
 
 if TYPE_CHECKING:
+    from linnet.quant.source import QuantizedSource
     from linnet.target import Target
 
 EXIT_OK = 0
@@ -70,6 +71,8 @@ commands:
   quantize WEIGHTS -o FILE --pattern GLOB... [--bits 4|8] [--group N] [--method rtn]
           [--scheme int|fp8|mxfp4] [--scale-dtype D]
                                                    float checkpoint -> std.quant layouts
+  quantize WEIGHTS -o FILE --source FILE --source-output FILE [--keep NAME]... [...]
+                                                   the same, with the source that binds it
   quantize FOLDER -o FILE --import [--scale-dtype D]
                                                    GPTQ / AWQ / compressed-tensors / MXFP4 -> std.quant
   spec-test [--std DIR] DIR                        run a conformance directory
@@ -213,14 +216,21 @@ COMMAND_HELP: dict[str, str] = {
     "  -o, --output DIR  the card's folder (default: FOLDER-linnet beside it)\n"
     "  --context N       the KV cache length (default: the config's, at most 4096)\n",
     "quantize": "usage: linnet quantize WEIGHTS -o FILE --pattern GLOB... [--bits 4|8] [--group N]\n"
-    "                       [--method rtn] [--scheme int|fp8|mxfp4] [--scale-dtype f32|f16|bf16]\n\n"
+    "                       [--method rtn] [--scheme int|fp8|mxfp4] [--scale-dtype f32|f16|bf16]\n"
+    "       linnet quantize WEIGHTS -o FILE --source FILE --source-output FILE [--keep NAME]...\n\n"
     "Quantise the linear weights of a float SafeTensors checkpoint (a file, a sharded\n"
     "folder or its index) whose names match a glob into the tensors of std.quant's\n"
     "Int4GroupLinear (bits 4) or Int8Linear (bits 8), round to nearest, or of Fp8Linear or\n"
     "Mxfp4Linear (--scheme); every other tensor is copied. The output is written\n"
-    "atomically.\n\noptions:\n"
+    "atomically. With --source, the model's float source is rewritten with those blocks\n"
+    "in place of its linears (linnet.quant.quantize_source) and the weights it names are\n"
+    "quantised (Conv1D weights, [In, Out], transposed first).\n\noptions:\n"
     "  -o, --output FILE      the SafeTensors file to write\n"
     "  --pattern GLOB         tensor names to quantise, e.g. '*_proj.weight' (repeatable)\n"
+    "  --source FILE          the float .linnet source: quantise every linear it declares\n"
+    "                         (instead of --pattern)\n"
+    "  --source-output FILE   where the quantised source goes (with --source)\n"
+    "  --keep NAME            a sub member left float, e.g. lm_head (repeatable)\n"
     "  --bits 4|8             int4 groups or int8 rows (default: 4)\n"
     "  --group N              inputs per int4 group (default: 128)\n"
     "  --method rtn           the quantiser (default: rtn, round to nearest)\n"
@@ -700,14 +710,25 @@ def _run_quantize(invocation: Invocation) -> int:
         sys.stdout.write(f"imported {len(names)} quantised linears: {output}\n")
         return EXIT_OK
     patterns = invocation.lists.get("--pattern", [])
-    if not patterns:
-        raise UsageError("`quantize` needs at least one --pattern GLOB")
+    source = invocation.values.get("--source")
+    written = invocation.values.get("--source-output")
+    if source is not None and (patterns or written is None):
+        raise UsageError("`--source` needs --source-output FILE and names the weights itself")
+    if source is None and (written is not None or "--keep" in invocation.lists):
+        raise UsageError("`--source-output` and `--keep` go with --source FILE")
+    if not patterns and source is None:
+        raise UsageError("`quantize` needs at least one --pattern GLOB, or --source FILE")
     numbers: dict[str, int] = {}
     for option, default in (("--bits", "4"), ("--group", "128")):
         text = invocation.values.get(option, default)
         if not text.isdigit():
             raise UsageError(f"`{option}` needs a positive integer")
         numbers[option] = int(text)
+    scheme = invocation.values.get("--scheme", "int")
+    transposed: list[str] = []
+    if source is not None and written is not None:
+        rewrite = _quantised_source(source, written, invocation, scheme, numbers)
+        patterns, transposed = list(rewrite.patterns), list(rewrite.transposed)
     done = quantize_checkpoint(
         invocation.operands[0],
         output,
@@ -716,12 +737,34 @@ def _run_quantize(invocation: Invocation) -> int:
         bits=numbers["--bits"],
         group=numbers["--group"],
         dtype=invocation.values.get("--scale-dtype"),
-        scheme=invocation.values.get("--scheme", "int"),
+        scheme=scheme,
+        transposed=transposed,
     )
-    scheme = invocation.values.get("--scheme", "int")
+    if source is not None and written is not None:
+        from linnet.atomic import write_bytes
+
+        write_bytes(written, rewrite.text.encode())
     what = f"int{numbers['--bits']}" if scheme == "int" else scheme
     sys.stdout.write(f"quantised {len(done)} weights to {what}: {output}\n")
+    if written is not None:
+        sys.stdout.write(f"the source that binds it: {written}\n")
     return EXIT_OK
+
+
+def _quantised_source(
+    source: str, written: str, invocation: Invocation, scheme: str, numbers: dict[str, int]
+) -> QuantizedSource:
+    """`source` rewritten by `quantize_source` (checked before any file is written)."""
+    from linnet.quant import quantize_source
+
+    try:
+        text = Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LinnetError(f"{source}: cannot read the source ({exc})") from exc
+    if Path(written).resolve() == Path(source).resolve():
+        raise UsageError("`--source-output` must not be the --source file")
+    return quantize_source(text, scheme=scheme, bits=numbers["--bits"], group=numbers["--group"],
+                           keep=invocation.lists.get("--keep", []), path=source)  # fmt: skip
 
 
 # -- nest ------------------------------------------------------------------------------
@@ -927,8 +970,9 @@ _COMMANDS: dict[str, CommandSpec] = {
         frozenset({"--import"}),
         valued=frozenset(
             {"-o", "--output", "--bits", "--group", "--method", "--scale-dtype", "--scheme"}
-        ),
-        repeated=frozenset({"--pattern"}),
+        )
+        | {"--source", "--source-output"},
+        repeated=frozenset({"--pattern", "--keep"}),
     ),
     "nest": CommandSpec(_run_nest),
     "spec-test": CommandSpec(_run_spec_test, valued=frozenset({"--std"})),

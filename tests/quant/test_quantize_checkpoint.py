@@ -22,6 +22,7 @@ from linnet.quant import int4_groups, int8_rows, quantize_checkpoint
 from linnet.weights import read_safetensors, save_safetensors
 
 Array = np.ndarray[Any, Any]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def checkpoint(tmp_path: Path, dtype: Any = np.float32) -> tuple[Path, dict[str, Array]]:
@@ -135,3 +136,32 @@ def test_transposed_weights_are_quantised_as_their_out_in_form(tmp_path: Path) -
         quantize_checkpoint(path, tmp_path / "x.safetensors", patterns=["*.weight"],
                             transposed=["h.*.c_attn.weight"])  # fmt: skip
     assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_cli_quantize_with_the_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--source` writes `quantize_source`'s text and quantises the weights it names (GPT-2's
+    Conv1D weights transposed), exactly as the library calls do."""
+    import runpy
+
+    from linnet.quant import quantize_source
+
+    gpt2 = ROOT / "examples" / "gpt2"
+    sizes = {"Vocab": 16, "Positions": 8, "H": 32, "Heads": 2, "Layers": 1}
+    floats = runpy.run_path(str(gpt2 / "make_weights.py"))["make_weights"](sizes, 0)
+    path = tmp_path / "gpt2.safetensors"
+    save_safetensors(floats, path)
+    out, written = tmp_path / "q.safetensors", tmp_path / "q.linnet"
+    source = gpt2 / "src" / "lib.linnet"
+    argv = ["quantize", str(path), "-o", str(out), "--source", str(source),
+            "--source-output", str(written), "--group", "32"]  # fmt: skip
+    assert main(argv) == 0
+    assert "quantised 4 weights to int4" in capsys.readouterr().out
+    rewrite = quantize_source(source.read_text(), group=32)
+    assert written.read_text() == rewrite.text
+    quantize_checkpoint(path, tmp_path / "lib.safetensors", patterns=rewrite.patterns,
+                        transposed=rewrite.transposed, group=32)  # fmt: skip
+    assert (tmp_path / "lib.safetensors").read_bytes() == out.read_bytes()
+    assert read_safetensors(out)["transformer.h.0.mlp.c_fc.weight"].shape == (128, 1, 16)
+    assert main([*argv, "--pattern", "*.weight"]) == 2  # --source names the weights itself
+    assert main(argv[:6]) == 2  # no --source-output
+    assert main([*argv[:4], "--pattern", "*.weight", "--keep", "c_fc"]) == 2  # no --source
