@@ -186,6 +186,7 @@ pub block Pair<N: Dim, T: Float = f32>
 where N > 0 {
     sub wide: Linear<N, N * 2, T>
     sub narrow: Proj<N * 2, N, T>
+    sub spare: [Proj<N, N, T>; 2]
 
     pub fn forward<*S: Shape>(x: Tensor[*S, N; T]) -> Tensor[*S, N; T] {
         return narrow.forward(wide.forward(x))
@@ -213,13 +214,15 @@ pub block Top<D: Dim, V: Dim, T: Float> {
 
 @pytest.mark.parametrize("options", [{"bits": 4, "group": 16}, {"bits": 8}, {"scheme": "mxfp4"}])
 def test_the_rewrite_of_a_small_module_checks(options: dict[str, Any]) -> None:
-    """A linear-shaped block of the file is a linear; facts go through generic arguments
-    (a compound one, a defaulted `T`) and a clause on one line; the entry reading
-    `head.weight` goes with its doc comment, and the imports only it used."""
+    """A linear-shaped block of the file is a linear (alone or in an array); facts go
+    through generic arguments (a compound one, a defaulted `T`) and a clause on one line;
+    the entry reading `head.weight` goes with its doc comment, and the imports only it used."""
     rewrite = quantize_source(SYNTHETIC, **options)
     program = check_source(rewrite.text)
     assert not program.has_errors, [d.message for d in program.diagnostics]
-    assert rewrite.patterns == ("*.wide.weight", "*.narrow.weight", "head.weight")
+    assert rewrite.patterns == ("*.wide.weight", "*.narrow.weight", "*.spare.*.weight",
+                                "head.weight")  # fmt: skip
+    assert "sub spare: [" + rewrite.block in rewrite.text
     assert "log_probs" not in rewrite.text and "use std.nn.loss" not in rewrite.text
     assert "reads the head" not in rewrite.text and "\n\n\n" not in rewrite.text
     assert "use std.nn.linear::{linear}\n" in rewrite.text

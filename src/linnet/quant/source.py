@@ -97,6 +97,8 @@ def quantize_source(
                 written = ", ".join([inner, out, *extra, *rest])
                 plan.edit(named.span.start, named.span.end, f"{block}<{written}>")
                 plan.quantised.setdefault(holder.name.name, []).append(member.name.name)
+                if isinstance(member.type, ast.ArrayType):
+                    plan.arrays.add((holder.name.name, member.name.name))
                 if linears[kind]:
                     plan.transposed.add((holder.name.name, member.name.name))
                 if divisor:
@@ -108,7 +110,7 @@ def quantize_source(
             f"{path}: no linear to quantise (std `Linear` or a block shaped like one)"
         )
     if divisor:
-        _state_facts(plan, blocks, divisor, path)
+        _state_facts(plan, blocks, text, divisor, path)
     _drop_float_readers(plan, blocks, text, path)
     _add_use(plan, tree, text, block)
     rewritten = _without_unused_imports(plan.apply(text), text, path)
@@ -121,6 +123,8 @@ class _Plan:
     quantised: dict[str, list[str]] = field(default_factory=dict)
     """Block name -> its rewritten `sub` members."""
     transposed: set[tuple[str, str]] = field(default_factory=set)
+    arrays: set[tuple[str, str]] = field(default_factory=set)
+    """The rewritten members that are arrays of linears (`[Linear<..>; N]`)."""
     terms: dict[str, list[str]] = field(default_factory=dict)
     """Block name -> the `In` of its grouped linears."""
     holds: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
@@ -224,7 +228,9 @@ def _balanced(text: str) -> bool:
     return depth == 0
 
 
-def _state_facts(plan: _Plan, blocks: dict[str, ast.BlockDecl], divisor: int, path: str) -> None:
+def _state_facts(
+    plan: _Plan, blocks: dict[str, ast.BlockDecl], text: str, divisor: int, path: str
+) -> None:
     """Add `term % divisor == 0` for each block's own and held terms to its `where` clause."""
     memo: dict[str, list[str]] = {}
 
@@ -252,11 +258,18 @@ def _state_facts(plan: _Plan, blocks: dict[str, ast.BlockDecl], divisor: int, pa
             facts.append(f"{term if _ATOM.fullmatch(term) else f'({term})'} % {divisor} == 0")
         stated = [r.span.text for r in block.where.relations] if block.where else []
         facts = [f for f in facts if f not in stated]
-        if facts:
-            lines = ",\n".join(f"    {r}" for r in facts + stated)
-            start = block.where.span.start if block.where else _header_end(block)
-            prefix = "" if block.where else "\n"
-            plan.edit(start, block.body_span.start, f"{prefix}where\n{lines}\n")
+        if not facts:
+            continue
+        where = block.where
+        if where is not None and text.startswith("where\n", where.span.start):
+            # one relation a line: the facts go first, the clause is left as written
+            at = where.span.start + len("where\n")
+            plan.edit(at, at, "".join(f"    {fact},\n" for fact in facts))
+            continue
+        lines = ",\n".join(f"    {r}" for r in facts + stated)
+        start = where.span.start if where is not None else _header_end(block)
+        prefix = "" if where is not None else "\n"
+        plan.edit(start, block.body_span.start, f"{prefix}where\n{lines}\n")
 
 
 def _constant(term: str) -> int | None:
@@ -366,6 +379,11 @@ def _lines_of(text: str, start: int, end: int) -> tuple[int, int]:
 
 def _add_use(plan: _Plan, tree: ast.File, text: str, block: str) -> None:
     """`use std.quant::{block}` among the `use` lines, in their (sorted) order."""
+    for use in tree.uses:
+        if [i.name for i in use.path] == ["std", "quant"] and block in {
+            i.bound_name.name for i in use.items or ()
+        }:
+            return
     line = f"use std.quant::{{{block}}}\n"
     later = [u for u in tree.uses if ".".join(i.name for i in u.path) > "std.quant"]
     if later:
@@ -421,7 +439,8 @@ def _patterns(plan: _Plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
     transposed: list[str] = []
     for name, members in plan.quantised.items():
         for member in members:
-            glob = f"{member}.weight" if name not in held else f"*.{member}.weight"
+            path = f"{member}.*" if (name, member) in plan.arrays else member
+            glob = f"{path}.weight" if name not in held else f"*.{path}.weight"
             patterns.append(glob)
             if (name, member) in plan.transposed:
                 transposed.append(glob)
