@@ -21,6 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from linnet.errors import LinnetError
 from linnet.quant import quantize_source
 
 HERE = Path(__file__).resolve().parent
@@ -54,7 +55,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--group", type=int, default=128)
     parser.add_argument("--scheme", choices=("int", "fp8", "mxfp4"), default="int")
     args = parser.parse_args(argv)
-    args.output.write_text(quantised_source(args.bits, args.group, scheme=args.scheme))
+    try:
+        text = quantised_source(args.bits, args.group, scheme=args.scheme)
+    except LinnetError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+    args.output.write_text(text)
     return 0
 
 
