@@ -163,6 +163,8 @@ def test_the_rewrite_states_what_the_std_blocks_need() -> None:
     with pytest.raises(LinnetError, match="no linear to quantise"):
         quantize_source(text, bits=8, keep=("qkv_proj", "o_proj", "gate_up_proj", "down_proj",
                                             "lm_head"))  # fmt: skip
+    with pytest.raises(LinnetError, match="no linear member is named `lm_haed`"):
+        quantize_source(text, bits=8, keep=("lm_haed",))
     with pytest.raises(LinnetError, match="group must be a positive even size"):
         quantize_source(text, bits=4, group=3)
 

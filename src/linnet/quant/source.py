@@ -78,6 +78,7 @@ def quantize_source(
     linears = _linear_types(tree)
     blocks = {item.name.name: item for item in tree.items if isinstance(item, ast.BlockDecl)}
     plan = _Plan()
+    seen: set[str] = set()
     for holder in blocks.values():
         for member in holder.parts:
             if not isinstance(member, ast.MemberDecl) or member.kind != "sub":
@@ -87,6 +88,8 @@ def quantize_source(
                 continue
             kind = named.path[0].name
             args = [a.span.text for a in named.args or ()]
+            if kind in linears:
+                seen.add(member.name.name)
             if kind in linears and member.name.name not in keep:
                 if len(args) < 2:
                     raise LinnetError(
@@ -105,6 +108,12 @@ def quantize_source(
                     plan.terms.setdefault(holder.name.name, []).append(_bare(inner))
             elif kind in blocks:
                 plan.holds.setdefault(holder.name.name, []).append((kind, args))
+    unknown = sorted(set(keep) - seen)
+    if unknown:
+        raise LinnetError(
+            f"{path}: no linear member is named {', '.join(f'`{n}`' for n in unknown)} "
+            f"(`keep` names `sub` members; the linears are {', '.join(sorted(seen))})"
+        )
     if not plan.quantised:
         raise LinnetError(
             f"{path}: no linear to quantise (std `Linear` or a block shaped like one)"
