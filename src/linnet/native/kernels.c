@@ -652,6 +652,20 @@ static inline __attribute__((always_inline)) void a8_int4_tile(
     }
 }
 
+/* 128 inputs -> their 64 even ones, then their 64 odd ones. */
+static inline void split_chunk(const int8_t *src, int8_t *dst) {
+#if defined(__AVX512VBMI__)
+    __m512i a = _mm512_loadu_si512((const void *)src), b = _mm512_loadu_si512((const void *)(src + 64));
+    int8_t even[64], odd[64];
+    for (int k = 0; k < 64; k++) even[k] = (int8_t)(2 * k), odd[k] = (int8_t)(2 * k + 1);
+    __m512i ie = _mm512_loadu_si512((const void *)even), io = _mm512_loadu_si512((const void *)odd);
+    _mm512_storeu_si512((void *)dst, _mm512_permutex2var_epi8(a, ie, b));
+    _mm512_storeu_si512((void *)(dst + 64), _mm512_permutex2var_epi8(a, io, b));
+#else
+    for (int k = 0; k < 64; k++) dst[k] = src[2 * k], dst[64 + k] = src[2 * k + 1];
+#endif
+}
+
 static void a8_int4_vnni(const int8_t *qs, const float *lane, const float *saq, int64_t m,
                          int64_t in, const uint8_t *packed, const float *scale,
                          const uint8_t *zero, int64_t group, const float *bias, float *y,
@@ -772,14 +786,24 @@ int linnet_int4_linear_a8(const float *x, int64_t m, int64_t in, const uint8_t *
                 saq[b * groups + g] = sa[b * groups + g] * (float)suma[b * groups + g];
             for (int64_t c = 0; c < chunks; c++) {
                 int8_t *dst = qs + (b * chunks + c) * 128;
-                for (int64_t k = 0; k < 64; k++) {
-                    int64_t i = c * 128 + 2 * k;
-                    dst[k] = i < in ? qa[b * in + i] : 0;
-                    dst[64 + k] = i + 1 < in ? qa[b * in + i + 1] : 0;
+                const int8_t *src = qa + b * in + c * 128;
+                float *to = lane + (b * chunks + c) * 16;
+                if (c * 128 + 128 <= in) {
+                    split_chunk(src, dst);
+                    if (group >= 128) {
+                        _mm512_storeu_ps(to, _mm512_set1_ps(sa[b * groups + c * 128 / group]));
+                        continue;
+                    }
+                } else {
+                    for (int64_t k = 0; k < 64; k++) {
+                        int64_t i = c * 128 + 2 * k;
+                        dst[k] = i < in ? src[2 * k] : 0;
+                        dst[64 + k] = i + 1 < in ? src[2 * k + 1] : 0;
+                    }
                 }
                 for (int j = 0; j < 16; j++) {
                     int64_t i = c * 128 + 8 * j;
-                    lane[(b * chunks + c) * 16 + j] = i < in ? sa[b * groups + i / group] : 0.0f;
+                    to[j] = i < in ? sa[b * groups + i / group] : 0.0f;
                 }
             }
         }
@@ -818,9 +842,24 @@ int linnet_int8_linear_a8(const float *x, int64_t m, int64_t in, const int8_t *q
     float *lane = (float *)(((uintptr_t)(qa + m * in) + 63) & ~(uintptr_t)63);
     int32_t *neg = (int32_t *)(lane + m * chunks * 16);
     int8_t *padded = (int8_t *)(neg + m * chunks * 16);
+    const __m512i ones = _mm512_set1_epi8(1);
     for (int64_t b = 0; b < m; b++)
         for (int64_t c = 0; c < chunks; c++) {
             int8_t *dst = padded + (b * chunks + c) * 64;
+            if (c * 64 + 64 <= in) { /* a whole chunk: each lane's sum by one more dot product */
+                __m512i v = _mm512_loadu_si512((const void *)(qa + b * in + c * 64));
+                _mm512_storeu_si512((void *)dst, v);
+                __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v);
+                _mm512_storeu_si512((void *)(neg + (b * chunks + c) * 16),
+                                    _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, 7)));
+                float *to = lane + (b * chunks + c) * 16;
+                if (block >= 64) {
+                    _mm512_storeu_ps(to, _mm512_set1_ps(sa[b * blocks + c * 64 / block]));
+                } else {
+                    for (int j = 0; j < 16; j++) to[j] = sa[b * blocks + (c * 64 + 4 * j) / block];
+                }
+                continue;
+            }
             for (int j = 0; j < 16; j++) {
                 int32_t s = 0;
                 for (int k = 0; k < 4; k++) {
