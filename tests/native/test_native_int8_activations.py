@@ -6,8 +6,8 @@ integer dot products with the int4 nibbles (minus zero point times the
 block's sum) or the int8 rows, combined with the scales in f32. The NumPy
 reference rounds in f32 as declared and sums in int64, combining in f64: the
 rounded activations must be equal bit for bit, the outputs within the f32
-rounding of the combination. Every compiled path runs (AVX-512 VNNI, the
-AVX2 and scalar builds' plain C on the same integers), on odd shapes: inputs
+rounding of the combination. Every compiled path runs (AVX-512 VNNI, AVX2's
+`vpmaddubsw`, the scalar build's plain C, on the same integers), on odd shapes: inputs
 that are no multiple of 64 bytes, groups of 6 (plain C on every path), 8,
 16, 32, 64, 128 and 256, 1, 2, 3 and 7 rows of x, zero points 0..15, a
 block of zeros in x, with and without a bias. ONNX Runtime's `MatMulNBits`

@@ -66,7 +66,8 @@ class Kernels:
         a8_path = lib.linnet_native_a8_path
         a8_path.restype = ctypes.c_char_p
         self.a8_path = str(a8_path().decode())
-        """The int8-activation kernels' path: `avx512-vnni`, or `plain` (C on the same integers)."""
+        """The int8-activation kernels' path: `avx512-vnni`, `avx2`, or `plain` (C on the same
+        integers)."""
         path = lib.linnet_native_path
         path.restype = ctypes.c_char_p
         self.path = str(path().decode())
