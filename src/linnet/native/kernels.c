@@ -35,7 +35,7 @@
  * 2048x2048, 5632x2048, 2048x5632 and 32000x2048. The int4 path is compute-bound: a shift, a
  * table look-up and an FMA per 16 weights run at about 28 G weights/s on one core (about
  * 14 GB/s of packed bytes), where llama.cpp's Q4_0 rounds the activations to int8 and uses
- * integer dot products (a different function).
+ * integer dot products (a different function: the `_a8` kernels' trade, on request).
  */
 #include <stddef.h>
 #include <stdint.h>
