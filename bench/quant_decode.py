@@ -18,7 +18,11 @@ greedily in one process, each precision through both backends:
   once at load and read f32 bytes, and the run says which. FP8 and MXFP4
   always take the dequantised path. The process's resident memory after each
   path's warm-up is printed (no f32 copy of a quantised weight on the kernels'
-  path), and the peak at the end.
+  path), and the peak at the end. `--int8-activations` adds `linnet.torch,
+  int8_activations` rows for int8 and int4 (`linnet.torch.load(...,
+  int8_activations=True)`: the activations rounded to int8 per block and VNNI
+  integer dot products, the function of the `load_model` rows with
+  `int8_activations`, llama.cpp's trade).
 
 The float checkpoint is quantised by `linnet.quant.quantize_checkpoint`
 (round to nearest; every projection and `lm_head`) before timing. Batch-1
@@ -47,7 +51,7 @@ ours over llama.cpp's rate at the matching precision (f32 / Q8_0 / Q4_0).
 
     .venv/bin/python bench/quant_decode.py [--shape tinyllama|medium|small] [--layers N]
         [--group 128] [--new 32] [--rounds 2] [--no-torch] [--no-onnx] [--extra fp8,mxfp4]
-        [--threads N] [--no-llama-cpp] [--no-dequantised]
+        [--threads N] [--no-llama-cpp] [--no-dequantised] [--int8-activations] [--no-f32]
 
 `--no-onnx` leaves out every `load_model` row (linnet.torch against llama.cpp
 only: shorter, and less memory).
@@ -152,6 +156,14 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out")
     parser.add_argument(
+        "--no-f32", action="store_true",
+        help="leave out the f32 rows (ours and llama.cpp's): about 9 GB less at TinyLlama shape",
+    )  # fmt: skip
+    parser.add_argument(
+        "--int8-activations", action="store_true",
+        help="add linnet.torch rows for int8 and int4 with int8_activations=True",
+    )  # fmt: skip
+    parser.add_argument(
         "--no-dequantised", action="store_true",
         help="leave out the load_model rows that dequantise int8 / fp8 / mxfp4 weights at load "
         "(f32 speed; each of their sessions folds an f32 copy: about 9 GB at TinyLlama shape)",
@@ -234,15 +246,19 @@ def run(args: argparse.Namespace, folder: Path) -> None:
     rows: list[tuple[str, str, str, str, float, float]] = []
     tokens: dict[tuple[str, str], list[int]] = {}
     embed = floats["model.embed_tokens.weight"].nbytes
+    dense_bytes = sum(a.nbytes for a in floats.values())
+    if args.no_f32:
+        del variants["f32"], floats  # the f32 rows are left out: free the float weights
     cache = 2 * sizes["Layers"] * sizes["KvHeads"] * max_seq * (sizes["H"] // sizes["Heads"])
     for name, (source, weights) in variants.items():
         stored = sum(a.nbytes for a in weights.values()) - embed + 4 * cache
-        dense = sum(a.nbytes for a in floats.values()) - embed + 4 * cache
+        dense = dense_bytes - embed + 4 * cache
         # ONNX Runtime reads int8 weights it dequantised at load, unless int8_activations
         read = dense if name in ("int8", "fp8", "mxfp4") else stored
         model: Any = None
         fast: Any = None
         module: Any = None
+        rounding: Any = None
         runs: list[Callable[[], tuple[list[int], float]]] = []
         labels = []
         if not args.no_onnx and not (args.no_dequantised and read == dense and name != "f32"):
@@ -267,6 +283,13 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             runs.append(lambda m=module: torch_decode(m, prompt, args.new))
             packed = name in ("int8", f"int4-g{group}") and native_kernels is not None
             labels.append(("linnet.torch", stored if packed else dense))
+        if not args.no_torch and args.int8_activations and name in ("int8", f"int4-g{group}"):
+            progress(f"{name}: linnet.torch.load(int8_activations=True)")
+            rounding = linnet.torch.load(
+                source, generics=generics, weights=weights, compile=True, int8_activations=True
+            )
+            runs.append(lambda m=rounding: torch_decode(m, prompt, args.new))
+            labels.append(("linnet.torch, int8_activations", stored if packed else dense))
         outtype = peer_of(name)
         with_gguf = outtype in ggufs
         label_peer = f"llama.cpp, {args.threads} thread{'s' if args.threads > 1 else ''}"
@@ -297,7 +320,7 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             )
         for (label, per_token), times in zip(labels, ours, strict=True):
             rows.append((label, label, name, name, statistics.median(times), per_token))
-        del model, fast, module, runs  # before the next variant
+        del model, fast, module, rounding, runs  # before the next variant
         if with_gguf:
             assert outtype is not None
             # llama.cpp's KV cache is f16 by default
@@ -334,18 +357,21 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             if name in peers and not family.startswith("llama")
             else ""
         )
+        f32 = base.get(family, onnx_f32)
+        versus_f32 = f"{f32 / seconds:.2f}x" if f32 else ""
         print(
-            f"| {label} | {shown} | {rate:.2f} | {base.get(family, onnx_f32) / seconds:.2f}x | "
+            f"| {label} | {shown} | {rate:.2f} | {versus_f32} | "
             f"{versus} | {seconds / steps * 1e3:.1f} | {per_token / 1e6:.1f} | "
             f"{rate * per_token / 1e9:.1f} | {rate * per_token / bandwidth:.0%} |"
         )
     first = "linnet.torch" if args.no_onnx else "linnet.onnx (load_model)"
-    reference = tokens[(first, "f32")]
-    agree = ", ".join(
-        f"{label} {name} {sum(a == b for a, b in zip(kept, reference, strict=True))}/{args.new}"
-        for (label, name), kept in tokens.items()
-    )
-    print(f"# greedy tokens equal to {first} f32: {agree}")
+    if (first, "f32") in tokens:
+        reference = tokens[(first, "f32")]
+        agree = ", ".join(
+            f"{label} {name} {sum(a == b for a, b in zip(kept, reference, strict=True))}/{args.new}"
+            for (label, name), kept in tokens.items()
+        )
+        print(f"# greedy tokens equal to {first} f32: {agree}")
     native_line = (
         f"int8 and int4 on linnet.native's kernels ({status().path}, packed bytes)"
         if native_kernels is not None

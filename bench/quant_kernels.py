@@ -25,6 +25,10 @@ rows, an f32 scale per row) and `std.quant::linear_int4_groups`
   packed bytes (what `natives_quant` runs now for f32 `x`), the std function
   within f32 reordering; `f32` on the dequantised weight, for the comparison
   with oneDNN.
+- `linnet.native int8 (int8 act)` / `int4 (int8 act)`: the same bytes with the
+  activations rounded to int8 per block (128 here; `linnet.torch.load(...,
+  int8_activations=True)`, the function of `MatMulNBits` at `accuracy_level=4`;
+  VNNI integer dot products): `max |err|` includes that rounding.
 
 `--rows 1,4,16` runs each kernel on that many rows of x (a decode step of
 several sequences, a prefill): where `natives_quant.NATIVE_ROWS` comes from.
@@ -57,6 +61,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 from linnet.native import kernels as native_kernels
+from linnet.native.activations import int8_block
 
 Kernel = Callable[[int], torch.Tensor]
 SHAPES = "2048x2048,5632x2048,2048x5632,32000x2048"
@@ -131,6 +136,20 @@ def kernels(
                            zeros4.data_ptr(), GROUP, None, y.data_ptr(), out, threads)  # fmt: skip
         return y
 
+    def native_int8_a8(i: int) -> torch.Tensor:
+        assert native is not None
+        y = torch.empty(rows, out)
+        native.int8_linear_a8(x.data_ptr(), rows, into, q[i].data_ptr(), s[i].data_ptr(),
+                              int8_block(into), None, y.data_ptr(), out, threads)  # fmt: skip
+        return y
+
+    def native_int4_a8(i: int) -> torch.Tensor:
+        assert native is not None
+        y = torch.empty(rows, out)
+        native.int4_linear_a8(x.data_ptr(), rows, into, ours4[i].data_ptr(), gs.data_ptr(),
+                              zeros4.data_ptr(), GROUP, None, y.data_ptr(), out, threads)  # fmt: skip
+        return y
+
     def native_f32(i: int) -> torch.Tensor:
         assert native is not None
         y = torch.empty(rows, out)
@@ -152,6 +171,8 @@ def kernels(
         found["linnet.native f32"] = (native_f32, 4 * n8)
         found["linnet.native int8"] = (native_int8, n8)
         found["linnet.native int4"] = (native_int4, n4)
+        found["linnet.native int8 (int8 act)"] = (native_int8_a8, n8)
+        found["linnet.native int4 (int8 act)"] = (native_int4_a8, n4)
     reference8 = F.linear(x.double(), w8[0].double())
     reference4 = F.linear(x.double(), w4.double())
     return {

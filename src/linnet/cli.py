@@ -80,6 +80,7 @@ commands:
   serve CARD | --source FILE --weights W --tokenizer DIR [--generics FILE.json]
           [--bind G=V]... [--backend torch|onnx|jax] [--device D] [--host 127.0.0.1]
           [--port 8000] [--api-key KEY] [--name NAME] [--warmup N] [--root BLOCK] [--std DIR]
+          [--int8-activations]
                                                    an OpenAI-compatible server of a decoder
   generate CARD | --source FILE --weights W --tokenizer DIR --prompt TEXT [--chat]
           [--max-tokens N] [--temperature T] [--seed S] (and serve's model options)
@@ -119,6 +120,9 @@ _MODEL_HELP = (
     "  --root BLOCK    the root block; --std DIR the standard library\n"
     "  --threads N     torch on the CPU: every model call's intra-op threads (default: 1 or\n"
     "                  the process's count, whichever each call shape measures faster)\n"
+    "  --int8-activations\n"
+    "                  torch and onnx: std.quant's int8 / int4 linears round their inputs to\n"
+    "                  int8 per block and multiply integers (faster; another function)\n"
 )
 COMMAND_HELP: dict[str, str] = {
     "check": "usage: linnet check [--strict] [--json] [--std DIR] PATH...\n\n"
@@ -251,7 +255,7 @@ COMMAND_HELP: dict[str, str] = {
     "       linnet serve --source FILE --weights W --tokenizer DIR [--generics FILE.json]\n"
     "                    [--bind G=V]... [--backend torch|onnx|jax] [--device D] [--host HOST]\n"
     "                    [--port PORT] [--api-key KEY] [--name NAME] [--warmup N] [--root BLOCK]\n"
-    "                    [--std DIR] [--prepack SHARE] [--threads N]\n\n"
+    "                    [--std DIR] [--prepack SHARE] [--threads N] [--int8-activations]\n\n"
     "Serve a decoder with `prefill_slots` / `decode_rows` entries behind an OpenAI-compatible\n"
     "HTTP server (completions, chat completions, streaming). It binds 127.0.0.1 unless\n"
     "--host says otherwise; with --api-key (or $LINNET_API_KEY) every /v1 route needs\n"
@@ -840,6 +844,7 @@ def _serving_engine(invocation: Invocation) -> tuple[Any, Any, str]:
     threads = _number_option(invocation, "--threads", 0, int) if "--threads" in values else None
     if threads is not None and threads < 1:
         raise UsageError(f"`--threads` takes a count of at least 1, not {threads}")
+    rounding = "--int8-activations" in invocation.flags
     if invocation.operands:
         if len(invocation.operands) != 1:
             raise UsageError(f"`{invocation.command}` takes one model card")
@@ -849,6 +854,7 @@ def _serving_engine(invocation: Invocation) -> tuple[Any, Any, str]:
         engine, words, name = load_card_engine(
             Path(invocation.operands[0]), generics, backend=backend, device=device,
             weights=weights, tokenizer=tokenizer, prepack=share, threads=threads,
+            int8_activations=rounding,
         )  # fmt: skip
         return engine, words, values.get("--name", name)
     missing = [o for o in ("--source", "--weights", "--tokenizer") if o not in values]
@@ -859,6 +865,7 @@ def _serving_engine(invocation: Invocation) -> tuple[Any, Any, str]:
     engine = load_engine(
         Path(values["--source"]), weights, generics, backend=backend, device=device,
         root=values.get("--root"), std=invocation.std, prepack=share, threads=threads,
+        int8_activations=rounding,
     )  # fmt: skip
     assert tokenizer is not None
     return engine, Tokenizer.from_folder(tokenizer), values.get("--name", "linnet")
@@ -978,13 +985,14 @@ _COMMANDS: dict[str, CommandSpec] = {
     "spec-test": CommandSpec(_run_spec_test, valued=frozenset({"--std"})),
     "serve": CommandSpec(
         _run_serve,
+        frozenset({"--int8-activations"}),
         valued=_MODEL_OPTIONS
         | {"--host", "--port", "--api-key", "--name", "--warmup", "--prepack"},
         repeated=frozenset({"--bind"}),
     ),
     "generate": CommandSpec(
         _run_generate,
-        frozenset({"--chat"}),
+        frozenset({"--chat", "--int8-activations"}),
         _MODEL_OPTIONS | {"--prompt", "--max-tokens", "--temperature", "--seed"},
         frozenset({"--bind"}),
     ),

@@ -75,6 +75,32 @@ def test_generate_usage_errors(model_files: Any, capsys: pytest.CaptureFixture[s
     assert "`--threads` takes a count of at least 1" in capsys.readouterr().err
     assert main(["generate", *args, "--prompt", "x", "--threads", "1", "--backend", "onnx"]) == 1
     assert "threads= is the intra-op thread count" in capsys.readouterr().err
+    jax = ["--backend", "jax", "--int8-activations"]
+    assert main(["generate", *args, "--prompt", "x", *jax]) == 1
+    assert "`--int8-activations` needs `--backend torch` or `onnx`" in capsys.readouterr().err
+
+
+def test_generate_passes_int8_activations_to_the_backend(
+    model_files: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flag reaches `linnet.torch.load` (this float model has no quantised linear, so
+    the text is the greedy one: tests/native/test_native_llama.py runs a quantised one)."""
+    import linnet.torch
+
+    seen: list[bool] = []
+    load = linnet.torch.load
+
+    def spy(*given: Any, **options: Any) -> Any:
+        seen.append(options["int8_activations"])
+        return load(*given, **options)
+
+    monkeypatch.setattr(linnet.torch, "load", spy)
+    args, decoder, tokenizer = model_files
+    command = ["generate", *args, "--prompt", "hello", "--max-tokens", "4", "--int8-activations"]
+    assert main(command) == 0
+    out, _ = capsys.readouterr()
+    assert seen == [True]
+    assert out == tokenizer.decode(decoder.generate(np.array(tokenizer.encode("hello")), 4)) + "\n"
 
 
 def free_port() -> int:

@@ -48,12 +48,14 @@ def load_engine(
     std: Path | None = None,
     prepack: float | None = None,
     threads: int | None = None,
+    int8_activations: bool = False,
 ) -> Any:
     """An `Engine` over the model of `source` (a `.linnet` file or package, or a model
-    card folder, which fills whatever is left None), on `backend`."""
+    card folder, which fills whatever is left None), on `backend`; `int8_activations` as
+    `linnet.torch.load` / `load_model` take it (torch and onnx only)."""
     from linnet.serve import Engine
 
-    model = _load(source, weights, generics, backend, device, root, std)
+    model = _load(source, weights, generics, backend, device, root, std, int8_activations)
     return Engine(model, prepack=prepack, threads=threads)
 
 
@@ -67,6 +69,7 @@ def load_card_engine(
     tokenizer: Path | None = None,
     prepack: float | None = None,
     threads: int | None = None,
+    int8_activations: bool = False,
 ) -> tuple[Any, Any, str]:
     """(`Engine`, `Tokenizer`, the card's name) of a model card or a transformers folder
     (`linnet.nest.opened`); `weights` and `tokenizer` override the card's."""
@@ -79,14 +82,19 @@ def load_card_engine(
         if folder is None:
             raise LinnetError(f"the card {card} names no tokenizer; pass --tokenizer DIR")
         words = Tokenizer.from_folder(folder)
-        model = _load(found.folder, weights, generics, backend, device, None, None)
+        model = _load(
+            found.folder, weights, generics, backend, device, None, None, int8_activations
+        )
         return Engine(model, prepack=prepack, threads=threads), words, found.name
 
 
 def _load(source: Path, weights: Path | None, generics: Mapping[str, object], backend: str,
-          device: str, root: str | None, std: Path | None) -> Any:  # fmt: skip
+          device: str, root: str | None, std: Path | None,
+          int8_activations: bool = False) -> Any:  # fmt: skip
     if backend not in BACKENDS:
         raise LinnetError(f"`--backend` takes `torch`, `onnx` or `jax`, not `{backend}`")
+    if int8_activations and backend == "jax":
+        raise LinnetError("`--int8-activations` needs `--backend torch` or `onnx` (JAX has none)")
     if backend == "torch":
         try:
             import linnet.torch as lt
@@ -95,7 +103,8 @@ def _load(source: Path, weights: Path | None, generics: Mapping[str, object], ba
                 "`--backend torch` needs PyTorch (pip install 'linnet-lang[torch]')"
             ) from None
         return lt.load(source, generics=generics, weights=weights, root=root, std_root=std,
-                       device=device, compile=True)  # fmt: skip
+                       device=device, compile=True,
+                       int8_activations=int8_activations)  # fmt: skip
     if backend == "jax":
         try:
             import linnet.jax as lj
@@ -108,7 +117,7 @@ def _load(source: Path, weights: Path | None, generics: Mapping[str, object], ba
 
     providers = ["CUDAExecutionProvider"] if device.startswith("cuda") else None
     return load_model(source, generics=generics, weights=weights, root=root, std_root=std,
-                      providers=providers)  # fmt: skip
+                      providers=providers, int8_activations=int8_activations)  # fmt: skip
 
 
 def read_generics(path: str | None, binds: Mapping[str, str]) -> dict[str, object]:

@@ -7,6 +7,10 @@ f32 here), reading four bytes per weight. These kernels read the packed bytes
 (`Int8Linear`: 1 byte + a scale per row; `Int4GroupLinear`, group 128: 0.54
 byte) and compute the std op's function in f32 (`kernels.c` says how); the f32
 kernel serves `linnet.torch`'s f32 linears of a decode step (`natives.linear_cpu`).
+The `_a8` kernels round the activations to int8 per block first and multiply
+integers (`linnet.torch.load(..., int8_activations=True)`; ONNX Runtime's
+`MatMulNBits` at `accuracy_level=4` computes the same function; the block rule
+is `activations.py`).
 
 `kernels()` gives the library or None; `status()` says which vector path was
 compiled, with how many threads, or why there is no library (no compiler, a

@@ -54,6 +54,20 @@ class Kernels:
         self._f32 = lib.linnet_f32_linear
         self._f32.argtypes = [_P, _I, _I, _P, _P, _P, _I, ctypes.c_int]
         self._f32.restype = ctypes.c_int
+        self._int8_a8 = lib.linnet_int8_linear_a8
+        self._int8_a8.argtypes = [_P, _I, _I, _P, _P, _I, _P, _P, _I, ctypes.c_int]
+        self._int8_a8.restype = ctypes.c_int
+        self._int4_a8 = lib.linnet_int4_linear_a8
+        self._int4_a8.argtypes = [_P, _I, _I, _P, _P, _P, _I, _P, _P, _I, ctypes.c_int]
+        self._int4_a8.restype = ctypes.c_int
+        self._quantise_a8 = lib.linnet_quantise_a8
+        self._quantise_a8.argtypes = [_P, _I, _I, _I, _P, _P]
+        self._quantise_a8.restype = ctypes.c_int
+        a8_path = lib.linnet_native_a8_path
+        a8_path.restype = ctypes.c_char_p
+        self.a8_path = str(a8_path().decode())
+        """The int8-activation kernels' path: `avx512-vnni`, `avx2`, or `plain` (C on the same
+        integers)."""
         path = lib.linnet_native_path
         path.restype = ctypes.c_char_p
         self.path = str(path().decode())
@@ -102,6 +116,48 @@ class Kernels:
         if code != 0:
             raise ValueError(f"linnet.native: group {group} does not divide {into} or is odd")
 
+    def int8_linear_a8(
+        self,
+        x: int,
+        rows: int,
+        into: int,
+        q: int,
+        scale: int,
+        block: int,
+        bias: int | None,
+        y: int,
+        out: int,
+        threads: int = 0,
+    ) -> None:
+        """`int8_linear` with x rounded to int8 per `block` inputs (kernels.c, "int8
+        activations"): `y = scale[o] * sum_blocks scale_a * (q_a . q)` (+ bias)."""
+        code = self._int8_a8(x, rows, into, q, scale, block, bias, y, out, threads)
+        _check(code, f"block {block} does not divide {into} or is under 16")
+
+    def int4_linear_a8(
+        self,
+        x: int,
+        rows: int,
+        into: int,
+        packed: int,
+        scale: int,
+        zero: int,
+        group: int,
+        bias: int | None,
+        y: int,
+        out: int,
+        threads: int = 0,
+    ) -> None:
+        """`int4_linear` with x rounded to int8 per group (kernels.c, "int8 activations"):
+        `y = sum_g scale[o, g] * scale_a[g] * (q_a . n - zero[o, g] * sum q_a)` (+ bias)."""
+        code = self._int4_a8(x, rows, into, packed, scale, zero, group, bias, y, out, threads)
+        _check(code, f"group {group} does not divide {into} or is odd")
+
+    def quantise_a8(self, x: int, rows: int, into: int, block: int, q: int, scale: int) -> None:
+        """The int8 activations the `_a8` kernels multiply: `q[rows, into]` (i8) and
+        `scale[rows, into / block]` (f32)."""
+        _check(self._quantise_a8(x, rows, into, block, q, scale), f"block {block}")
+
     def f32_linear(
         self,
         x: int,
@@ -115,6 +171,13 @@ class Kernels:
     ) -> None:
         """`y[rows, out] = x[rows, into] @ w[out, into]^T (+ bias)`."""
         self._f32(x, rows, into, w, bias, y, out, threads)
+
+
+def _check(code: int, shape: str) -> None:
+    if code == 2:
+        raise MemoryError("linnet.native: no memory for the rows of x")
+    if code != 0:
+        raise ValueError(f"linnet.native: {shape}")
 
 
 _loaded: dict[str, Kernels | None] = {}

@@ -89,6 +89,7 @@ def load(
     cast_dtype: bool = False,
     strict: bool = True,
     tensor_parallel: bool = False,
+    int8_activations: bool = False,
 ) -> LinnetModule:
     """Load a Linnet model as an `nn.Module` (see `LinnetModule`).
 
@@ -104,6 +105,10 @@ def load(
     `torch.distributed` process group, splits a model with a `Shards` generic over the
     ranks: `Shards` is the world size, each rank holds its slices of the one-shard
     checkpoint, and `std.nn.parallel` ops run as collectives (`linnet.torch.parallel`).
+    `int8_activations=True` lets the native CPU kernels of `std.quant`'s int8 and int4
+    linears (f32, no autograd, up to 32 rows of `x`) round `x` to int8 per block and
+    multiply integers, as `load_model(int8_activations=True)` and llama.cpp do: faster,
+    another function (`linnet.torch.natives_quant`); elsewhere the exact function runs.
 
     >>> import torch
     >>> m = load('''module doc
@@ -128,6 +133,7 @@ def load(
         return _load_sharded(
             program, root, dict(generics or {}), weights, bindings, cast_dtype, strict,
             device=device, compile=compile, trainable=trainable,
+            int8_activations=int8_activations,
         )  # fmt: skip
     from linnet.torch.parallel import warn_unsharded
 
@@ -141,7 +147,10 @@ def load(
         strict=strict,
         trainable=trainable,
     )
-    return LinnetModule(model, arrays, device=device, compile=compile, trainable=trainable)
+    return LinnetModule(
+        model, arrays, device=device, compile=compile, trainable=trainable,
+        int8_activations=int8_activations,
+    )  # fmt: skip
 
 
 def _load_sharded(
@@ -156,6 +165,7 @@ def _load_sharded(
     device: torch.device | str,
     compile: bool,
     trainable: bool,
+    int8_activations: bool,
 ) -> LinnetModule:
     """This rank's part of a tensor-parallel model (`linnet.torch.parallel`)."""
     from linnet.ir.bind import bind, find_root
@@ -171,5 +181,6 @@ def _load_sharded(
     )
     arrays = parallel.shard_weights(whole, model, full, rank, world)
     return LinnetModule(
-        model, arrays, device=device, compile=compile, trainable=trainable, tensor_parallel=True
-    )
+        model, arrays, device=device, compile=compile, trainable=trainable, tensor_parallel=True,
+        int8_activations=int8_activations,
+    )  # fmt: skip

@@ -44,6 +44,7 @@ from linnet.ir.results import regroup
 from linnet.torch.analysis import walk
 from linnet.torch.codegen import CompiledFunction
 from linnet.torch.dtypes import INTEGERS, linnet_dtype, storage, to_torch
+from linnet.torch.natives_quant import INT8_ACTIVATIONS
 from linnet.torch.runner import Runner
 from linnet.weights.safetensors import release_mapped
 
@@ -131,6 +132,7 @@ class LinnetModule(nn.Module):
     `forward(*inputs)` runs the entry named `forward` (or the only entry);
     `run_entry(name, inputs)` runs any entry; `reset_state()` zeroes the state;
     `generated_source(entry)` shows the Python source of an entry (`compile=True`).
+    `int8_activations` (`linnet.torch.load`'s option) holds for every entry call.
     """
 
     def __init__(
@@ -142,10 +144,12 @@ class LinnetModule(nn.Module):
         compile: bool = False,
         trainable: bool = False,
         tensor_parallel: bool = False,
+        int8_activations: bool = False,
     ) -> None:
         super().__init__()
         self._bound = model
         self._tensor_parallel = tensor_parallel
+        self._int8_activations = int8_activations
         self._device = torch.device(device)
         self._compiled = compile
         self._trainable = trainable
@@ -315,7 +319,11 @@ class LinnetModule(nn.Module):
         check_inputs(prepared.checks, [h for _, _, h in converted], owner)
         weights = {p: self._weight(p) for p in prepared.weights}
         state = {p: self._get(p) for p in prepared.state}
-        results, updates = prepared.run(weights, state, tensors)
+        token = INT8_ACTIVATIONS.set(self._int8_activations)
+        try:
+            results, updates = prepared.run(weights, state, tensors)
+        finally:
+            INT8_ACTIVATIONS.reset(token)
         for path, value in updates.items():
             table, leaf = self._slots[path]
             table[leaf] = value.detach()

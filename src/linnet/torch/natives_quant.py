@@ -12,6 +12,15 @@ and keep no f32 copy of the weight. Batch-1 decoding reads every weight once
 per token, so the bytes read set its speed (figures in `linnet/native`'s
 `kernels.c` and bench/quant_kernels.py).
 
+With `int8_activations` (`linnet.torch.load(..., int8_activations=True)`, which
+sets `INT8_ACTIVATIONS` around each entry call) the same native path rounds each
+row of `x` to int8 per block (the int4 group; for int8 rows the first of
+`linnet.native.activations.INT8_BLOCKS` dividing `In`, none: the exact kernel)
+and multiplies integers (`kernels.c`, "int8 activations"): llama.cpp's trade and
+the function of ONNX Runtime's `MatMulNBits` at `accuracy_level=4`, which
+`load_model(int8_activations=True)` runs. Where the native path does not run
+(see below), the option changes nothing: the exact function runs.
+
 `native_linear_f32` is the same plumbing for plain f32 weights
 (`natives.linear_cpu` calls it for decode steps).
 
@@ -35,11 +44,13 @@ that requires a gradient, nothing is cached.
 from __future__ import annotations
 
 import weakref
+from contextvars import ContextVar
 
 import torch
 import torch.nn.functional as F
 
 from linnet.native import Kernels, kernels
+from linnet.native.activations import int8_block
 
 NATIVE_ROWS = 32
 """Most rows of `x` (the product of its leading dimensions) run by `linnet.native`.
@@ -62,6 +73,11 @@ threads, best of 5, load 1.2 with other work on the machine), kernel against one
 2.81 / 3.16 / 4.01 / 5.57; 2048 x 5632 1.37 / 1.92 / 2.20 / 3.31 / 4.79 against 1.87 /
 2.94 / 2.82 / 3.92 / 5.53. One thread, 8 rows of 5632 x 2048: 4.18 ms against 4.57 (the
 row-at-a-time loop before the tiles: 6.09, which is why the limit was 4 rows)."""
+
+INT8_ACTIVATIONS: ContextVar[bool] = ContextVar("linnet_int8_activations", default=False)
+"""Whether the native int8 and int4 linears round `x` to int8 (see the module docstring):
+`LinnetModule` sets it to its `int8_activations` option for the length of each entry call,
+so generated and interpreted entries read it without a new argument."""
 
 _Key = tuple[int, ...]
 _cache: dict[int, tuple[weakref.ref[torch.Tensor], _Key, torch.Tensor]] = {}
@@ -175,6 +191,13 @@ def linear_int8(
         x, q, scale = x.contiguous(), q.contiguous(), scale.contiguous()
         bias = None if bias is None else bias.contiguous()
         y = torch.empty((*x.shape[:-1], out), dtype=torch.float32)
+        block = int8_block(into) if INT8_ACTIVATIONS.get() else 0
+        if block:
+            native.int8_linear_a8(
+                x.data_ptr(), rows, into, q.data_ptr(), scale.data_ptr(), block, _address(bias),
+                y.data_ptr(), out, torch.get_num_threads(),
+            )  # fmt: skip
+            return y
         native.int8_linear(
             x.data_ptr(), rows, into, q.data_ptr(), scale.data_ptr(), _address(bias),
             y.data_ptr(), out, torch.get_num_threads(),
@@ -208,7 +231,8 @@ def linear_int4_groups(
         )
         bias = None if bias is None else bias.contiguous()
         y = torch.empty((*x.shape[:-1], out), dtype=torch.float32)
-        native.int4_linear(
+        run = native.int4_linear_a8 if INT8_ACTIVATIONS.get() else native.int4_linear
+        run(
             x.data_ptr(), rows, groups * 2 * half, packed.data_ptr(), scale.data_ptr(),
             zero.data_ptr(), 2 * half, _address(bias), y.data_ptr(), out, torch.get_num_threads(),
         )  # fmt: skip

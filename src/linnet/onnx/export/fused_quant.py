@@ -22,7 +22,8 @@ Stage: finders registered in `fused` (`fused=True`, CPU provider, f32).
   With `int8_activations` (the emitter's flag, `load_model(int8_activations=True)`)
   it is `MatMulNBits(bits=8, accuracy_level=4)` instead: `B = q + 128`, every
   zero point 128, the row's scale repeated per block of 128 inputs (or the
-  first of 64, 32, 16 that divides `In`: `INT8_BLOCKS`), int8 dot products
+  first of 64, 32, 16 that divides `In`: `INT8_BLOCKS`, from
+  `linnet.native.activations`, which `linnet.torch`'s kernels follow too), int8 dot products
   (0.1 ms against 0.5 ms for the f32 `MatMul` of a 2816 x 1024 weight).
 - `int8_activations` also sets the int4 kernel's `accuracy_level=4`.
 - `linear_fp8(x, weight, scale, bias)` and `linear_mxfp4(x, blocks, scales,
@@ -51,6 +52,7 @@ import numpy as np
 from onnx import helper
 
 from linnet.ir.core import Op, Value
+from linnet.native.activations import int8_block
 from linnet.onnx.export.graph import Emitter
 from linnet.quant.minifloat import decode_e2m1, decode_e8m0, decode_fp8
 
@@ -62,15 +64,6 @@ F32_ACTIVATIONS = 1
 INT8_ACTIVATIONS = 4
 """`MatMulNBits`' `accuracy_level`s: f32 products (the std bodies' function), or
 activations rounded to int8 per block (`int8_activations`, llama.cpp's trade)."""
-INT8_BLOCKS = (128, 64, 32, 16)
-"""Block sizes for int8 weights under `int8_activations`, the first that divides `In`.
-The block is also how many activations share one int8 scale. 128 is the activation
-block of int4 group-128 weights (`MatMulNBits` rounds activations per weight block)
-and, one thread, 8 distinct 5632 x 2048 weights: 0.80 ms of CPU per product against
-0.99 ms for 32 (llama.cpp's Q8_0 block), 0.67 ms for 256; a 4-layer H=1024 Llama
-decoded 1.07x as fast as with 32 (alternated rounds, load ~8 on 2 cores). Its logits
-were 1.8% (max abs / max) from the exact int8 function, against 1.5% for 32 and
-2.2% for 256, with 2.3% between exact int8 and f32 (`bench/quant_decode.py` weights)."""
 FOLD_MARK = "linnet_fold_"
 """Names an `Identity` node whose input is computed from weights alone and should be
 folded once at load (the runtime makes those weights initializers)."""
@@ -158,7 +151,7 @@ def fuse_int8(em: Emitter, op: Op) -> Sequence[str] | None:
     if found is None:
         return None
     a, lead = found
-    block = next((b for b in INT8_BLOCKS if width % b == 0), 0)
+    block = int8_block(width)
     if em.int8_activations and block:
         return _int8_nbits(em, a, lead, (weight, scale, bias), rows, width, block)
     column = em.one("Reshape", [em.name(scale), em.ints([rows, 1])])

@@ -136,7 +136,7 @@ def load_model(
     options, used as given (threads, spinning, profiling), with the CPU's
     shared-arena entry added. `int8_activations` lets the weight-only
     kernels of `std.quant`'s linears (`MatMulNBits`, on the CPU) round their
-    activations to int8 per block (the int4 group; `fused_quant.INT8_BLOCKS`
+    activations to int8 per block (the int4 group; `linnet.native.activations.INT8_BLOCKS`
     for int8 rows), as llama.cpp's Q4_0 and Q8_0 do per 32: several times
     faster, but not the std bodies' f32 function (about 1% relative error
     added per product); off by default.
