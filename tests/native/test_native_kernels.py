@@ -125,6 +125,118 @@ def test_f32_rows(library: Kernels, rows: int) -> None:
     assert (np.abs(y.numpy() - expected) <= _bound(terms, into)).all()
 
 
+def _members(
+    kind: str, rng: np.random.Generator, outs: list[int], into: int, group: int
+) -> list[tuple[torch.Tensor, ...]]:
+    """Weights of `kind` for each output size, a bias on every other one."""
+    made = []
+    for index, out in enumerate(outs):
+        bias = _tensor(rng.standard_normal(out).astype(np.float32)) if index % 2 else None
+        if kind == "int8":
+            q = rng.integers(-128, 128, (out, into)).astype(np.int8)
+            scale = rng.uniform(0.001, 0.05, out).astype(np.float32)
+            made.append((_tensor(q), _tensor(scale), None, bias))
+        elif kind == "int4":
+            groups = into // group
+            packed = rng.integers(0, 256, (out, groups, group // 2)).astype(np.uint8)
+            scale = rng.uniform(0.001, 0.05, (out, groups)).astype(np.float32)
+            zero = rng.integers(0, 16, (out, groups)).astype(np.uint8)
+            made.append((_tensor(packed), _tensor(scale), _tensor(zero), bias))
+        else:
+            w = rng.standard_normal((out, into)).astype(np.float32)
+            made.append((_tensor(w), None, None, bias))
+    return made
+
+
+def _address(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+@pytest.mark.parametrize(
+    ("kind", "group"), [("int8", 0), ("f32", 0), ("int4", 16), ("int4", 32), ("int4", 128)]
+)
+@pytest.mark.parametrize("rows", [1, 3])
+def test_many_gives_each_linear_bitwise_as_alone(
+    library: Kernels, kind: str, group: int, rows: int
+) -> None:
+    """The `*_many` calls (one parallel region for linears on one x) against each linear's own
+    call: the same bits, for members of different sizes (pieces of several members in one
+    region), with and without a bias, on two threads."""
+    rng = np.random.default_rng(rows + group)
+    into, outs = 512, [301, 13, 640, 6]
+    x = _tensor(rng.standard_normal((rows, into)).astype(np.float32))
+    members = _members(kind, rng, outs, into, group)
+    alone, joined = [torch.full((rows, out), float("nan")) for out in outs], []
+    table = []
+    for (w, scale, zero, bias), y, out in zip(members, alone, outs, strict=True):
+        b = _address(bias)
+        if kind == "int8":
+            library.int8_linear(x.data_ptr(), rows, into, w.data_ptr(), _address(scale), b,
+                                y.data_ptr(), out, 2)  # fmt: skip
+        elif kind == "int4":
+            library.int4_linear(x.data_ptr(), rows, into, w.data_ptr(), _address(scale),
+                                _address(zero), group, b, y.data_ptr(), out, 2)  # fmt: skip
+        else:
+            library.f32_linear(x.data_ptr(), rows, into, w.data_ptr(), b, y.data_ptr(), out, 2)
+        joined.append(torch.full((rows, out), float("nan")))
+        table.append(
+            (w.data_ptr(), _address(scale) or 0, _address(zero) or 0, b,
+             joined[-1].data_ptr(), out)
+        )  # fmt: skip
+    if kind == "int8":
+        library.int8_linear_many(x.data_ptr(), rows, into, table, 2)
+    elif kind == "int4":
+        library.int4_linear_many(x.data_ptr(), rows, into, group, table, 2)
+    else:
+        library.f32_linear_many(x.data_ptr(), rows, into, table, 2)
+    for one, many in zip(alone, joined, strict=True):
+        assert not one.isnan().any() and torch.equal(one, many)
+
+
+def test_many_rejects_no_members_and_a_bad_group(library: Kernels) -> None:
+    x = torch.zeros(1, 96)
+    with pytest.raises(ValueError, match="1 to 16 members"):
+        library.int8_linear_many(x.data_ptr(), 1, 96, [], 1)
+    y, packed, scale, zero = torch.zeros(1, 1), torch.zeros(96), torch.ones(3), torch.zeros(3)
+    member = (packed.data_ptr(), scale.data_ptr(), zero.data_ptr(), None, y.data_ptr(), 1)
+    with pytest.raises(ValueError, match=r"group \(40\)"):
+        library.int4_linear_many(x.data_ptr(), 1, 96, 40, [member], 1)
+
+
+def test_natives_quant_many_equals_the_members_calls() -> None:
+    """`natives_quant`'s joined wrappers: bitwise each member's own call on the kernel path,
+    and the members' own calls where the kernels do not apply (a gradient to record, more
+    rows than the kernels take, int4 members of different groups)."""
+    from linnet.torch import natives, natives_quant
+
+    if native.kernels() is None:
+        pytest.skip(f"no native kernels: {native.status().reason}")
+    rng = np.random.default_rng(4)
+    x = torch.from_numpy(rng.standard_normal((1, 2, 256)).astype(np.float32))
+    int4 = _members("int4", rng, [7, 40, 9], 256, 64)
+    int8 = [(m[0], m[1], m[3]) for m in _members("int8", rng, [7, 40], 256, 0)]
+    f32 = [(m[0], m[3]) for m in _members("f32", rng, [7, 40], 256, 0)]
+    other = _members("int4", rng, [5], 256, 128)[0]  # groups of 128, not 64
+    mixed = [*int4[:2], other]
+    cases = [
+        (natives_quant.linear_int4_groups_many, natives_quant.linear_int4_groups, int4),
+        (natives_quant.linear_int4_groups_many, natives_quant.linear_int4_groups, mixed),
+        (natives_quant.linear_int8_many, natives_quant.linear_int8, int8),
+        (natives.linear_cpu_many, natives.linear_cpu, f32),
+    ]
+    for rows in (x, x.repeat(1, 20, 1)):  # 2 rows: kernels; 40: past NATIVE_ROWS
+        for many, alone, members in cases:
+            with torch.no_grad():
+                got = many(rows, *members)
+                expected = [alone(rows, *member) for member in members]
+            assert len(got) == len(expected)
+            for a, b in zip(got, expected, strict=True):
+                assert torch.equal(a, b)
+    trained = torch.from_numpy(f32[0][0].numpy().copy()).requires_grad_(True)
+    got = natives.linear_cpu_many(x, (trained, None), f32[1])
+    assert got[0].requires_grad and torch.equal(got[0], torch.nn.functional.linear(x, trained))
+
+
 def test_int4_rejects_a_group_that_does_not_divide(library: Kernels) -> None:
     x, y = torch.zeros(1, 96), torch.zeros(1, 1)
     packed, scale, zero = torch.zeros(1, 96, dtype=torch.uint8), torch.ones(3), torch.zeros(3)

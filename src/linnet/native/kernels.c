@@ -456,3 +456,107 @@ int linnet_f32_linear(const float *x, int64_t m, int64_t in, const float *w, con
     PIECES(out, 4 * in, threads, f32_rows(x, m, in, w, bias, y, out, o0, o1));
     return 0;
 }
+
+/* ---- several linears on one x in one parallel region ---------------------------------- */
+
+/* Linears that read the same x (a layer's q, k and v projections; its gate and up) run as
+ * one call: x is prepared once, and their pieces of output rows (each linear's own pieces,
+ * cut as its lone call cuts them) are taken in turn by the threads of one OpenMP parallel
+ * region instead of one region each. Every output row goes through the same row function
+ * with the same arguments as in the lone call, so each y is bitwise what that call gives.
+ *
+ * `members[k]` describes linear k. `out` is an int64 so that the array is six 8-byte
+ * slots per member, which the ctypes binding fills as one int64 array. */
+typedef struct {
+    const void *weight; /* f32 [out, in], int8 [out, in] or int4 nibbles [out, in / 2] */
+    const float *scale; /* int8 [out], int4 [out, in / group]; unused for f32 */
+    const uint8_t *zero; /* int4 [out, in / group]; unused otherwise */
+    const float *bias; /* [out] or NULL */
+    float *y; /* [m, out] */
+    int64_t out;
+} linnet_member;
+
+#define MANY 16 /* most members per call */
+
+/* The first piece of each member (and the total at [count]) for pieces of `piece` rows. */
+static int64_t member_pieces(const linnet_member *members, int64_t count, int64_t piece,
+                             int64_t *first) {
+    int64_t total = 0;
+    for (int64_t k = 0; k < count; k++) {
+        first[k] = total;
+        total += (members[k].out + piece - 1) / piece;
+    }
+    first[count] = total;
+    return total;
+}
+
+static int64_t member_rows(const linnet_member *members, int64_t count) {
+    int64_t rows = 0;
+    for (int64_t k = 0; k < count; k++) rows += members[k].out;
+    return rows;
+}
+
+/* Runs body(mk, o0, o1) over the pieces of every member on `threads` threads. */
+#define MEMBER_PIECES(members, count, row_bytes, threads, body)                            \
+    do {                                                                                   \
+        int64_t piece_ = piece_rows(row_bytes), first_[MANY + 1];                          \
+        int64_t total_ = member_pieces(members, count, piece_, first_);                    \
+        _Pragma("omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)") \
+        for (int64_t p_ = 0; p_ < total_; p_++) {                                          \
+            int64_t k_ = 0;                                                                \
+            while (p_ >= first_[k_ + 1]) k_++;                                             \
+            const linnet_member *mk = &(members)[k_];                                      \
+            int64_t o0 = (p_ - first_[k_]) * piece_;                                       \
+            int64_t o1 = o0 + piece_ < mk->out ? o0 + piece_ : mk->out;                    \
+            body;                                                                          \
+        }                                                                                  \
+    } while (0)
+
+int linnet_int8_linear_many(const float *x, int64_t m, int64_t in, const linnet_member *members,
+                            int64_t count, int asked) {
+    if (count < 1 || count > MANY) return 1;
+    int threads = threads_for(member_rows(members, count) * in, asked);
+    MEMBER_PIECES(members, count, in, threads,
+                  int8_rows(x, m, in, (const int8_t *)mk->weight, mk->scale, mk->bias, mk->y,
+                            mk->out, o0, o1));
+    return 0;
+}
+
+int linnet_f32_linear_many(const float *x, int64_t m, int64_t in, const linnet_member *members,
+                           int64_t count, int asked) {
+    if (count < 1 || count > MANY) return 1;
+    int threads = threads_for(member_rows(members, count) * in * 4, asked);
+    MEMBER_PIECES(members, count, 4 * in, threads,
+                  f32_rows(x, m, in, (const float *)mk->weight, mk->bias, mk->y, mk->out, o0, o1));
+    return 0;
+}
+
+int linnet_int4_linear_many(const float *x, int64_t m, int64_t in, int64_t group,
+                            const linnet_member *members, int64_t count, int asked) {
+    if (count < 1 || count > MANY) return 1;
+    if (group <= 0 || group % 2 != 0 || in % group != 0) return 1;
+    int64_t half = in / 2, groups = in / group;
+    float *buffer = (float *)malloc(sizeof(float) * (size_t)(m * (2 * half + groups)));
+    if (buffer == NULL) return 2;
+    float *even = buffer, *odd = buffer + m * half, *sums = buffer + 2 * m * half;
+    split_rows(x, m, in, group, even, odd, sums);
+    int wide = 0;
+    (void)wide;
+#if defined(LINNET_AVX512)
+    wide = group % 128 == 0;
+    if (wide) permute_chunks(x, m, in, even);
+#endif
+    int threads = threads_for(member_rows(members, count) * half, asked);
+#if defined(LINNET_AVX512)
+    if (wide)
+        MEMBER_PIECES(members, count, half, threads,
+                      int4_rows_wide(even, sums, m, in, (const uint8_t *)mk->weight, mk->scale,
+                                     mk->zero, group, mk->bias, mk->y, mk->out, o0, o1));
+    else
+#endif
+        MEMBER_PIECES(members, count, half, threads,
+                      int4_rows(even, odd, sums, m, in, (const uint8_t *)mk->weight, mk->scale,
+                                mk->zero, group, mk->bias, mk->y, mk->out, o0, o1));
+    free(buffer);
+    return 0;
+}

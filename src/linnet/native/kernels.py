@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from linnet.native.build import VARIANTS, BuildFailed, build
@@ -54,6 +55,15 @@ class Kernels:
         self._f32 = lib.linnet_f32_linear
         self._f32.argtypes = [_P, _I, _I, _P, _P, _P, _I, ctypes.c_int]
         self._f32.restype = ctypes.c_int
+        self._int8_many = lib.linnet_int8_linear_many
+        self._int8_many.argtypes = [_P, _I, _I, _P, _I, ctypes.c_int]
+        self._int8_many.restype = ctypes.c_int
+        self._int4_many = lib.linnet_int4_linear_many
+        self._int4_many.argtypes = [_P, _I, _I, _I, _P, _I, ctypes.c_int]
+        self._int4_many.restype = ctypes.c_int
+        self._f32_many = lib.linnet_f32_linear_many
+        self._f32_many.argtypes = [_P, _I, _I, _P, _I, ctypes.c_int]
+        self._f32_many.restype = ctypes.c_int
         path = lib.linnet_native_path
         path.restype = ctypes.c_char_p
         self.path = str(path().decode())
@@ -115,6 +125,55 @@ class Kernels:
     ) -> None:
         """`y[rows, out] = x[rows, into] @ w[out, into]^T (+ bias)`."""
         self._f32(x, rows, into, w, bias, y, out, threads)
+
+    def int8_linear_many(
+        self, x: int, rows: int, into: int, members: Sequence[Member], threads: int = 0
+    ) -> None:
+        """`int8_linear` for each member (`q`, `scale`, bias or None, y, out) on the one `x`,
+        in one parallel region; each y bitwise as its own `int8_linear` call gives."""
+        table = _members(members)
+        self._check(self._int8_many(x, rows, into, table, len(members), threads), into, 0)
+
+    def int4_linear_many(
+        self, x: int, rows: int, into: int, group: int, members: Sequence[Member],
+        threads: int = 0,
+    ) -> None:  # fmt: skip
+        """`int4_linear` for each member (`packed`, `scale`, `zero`, bias or None, y, out), all
+        with groups of `group`, on the one `x`, in one parallel region (bitwise as alone)."""
+        code = self._int4_many(x, rows, into, group, _members(members), len(members), threads)
+        self._check(code, into, group)
+
+    def f32_linear_many(
+        self, x: int, rows: int, into: int, members: Sequence[Member], threads: int = 0
+    ) -> None:
+        """`f32_linear` for each member (`w`, 0, 0, bias or None, y, out) on the one `x`, in
+        one parallel region (bitwise as alone)."""
+        table = _members(members)
+        self._check(self._f32_many(x, rows, into, table, len(members), threads), into, 0)
+
+    @staticmethod
+    def _check(code: int, into: int, group: int) -> None:
+        if code == 2:
+            raise MemoryError("linnet.native: no memory for the rows of x")
+        if code != 0:
+            raise ValueError(
+                f"linnet.native: 1 to {MANY} members, and a group ({group}) that divides "
+                f"{into} and is even"
+            )
+
+
+MANY = 16
+"""Most members of one `*_many` call (`MANY` in kernels.c)."""
+
+Member = tuple[int, int, int, int | None, int, int]
+"""Addresses of one linear of a `*_many` call: weight, scale (0 for f32), zero points (0 but
+for int4), bias (None: none), y; then its output rows."""
+
+
+def _members(members: Sequence[Member]) -> ctypes.Array[ctypes.c_int64]:
+    """The C `linnet_member` array: six 8-byte slots per member, addresses and `out`."""
+    slots = [0 if a is None else a for member in members for a in member]
+    return (ctypes.c_int64 * len(slots))(*slots)
 
 
 _loaded: dict[str, Kernels | None] = {}

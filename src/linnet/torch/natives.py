@@ -76,9 +76,12 @@ from linnet.torch.dtypes import storage
 from linnet.torch.natives_quant import (
     linear_fp8,
     linear_int4_groups,
+    linear_int4_groups_many,
     linear_int8,
+    linear_int8_many,
     linear_mxfp4,
     native_linear_f32,
+    native_linear_f32_many,
 )
 from linnet.torch.ops import Context, Kernel
 
@@ -106,6 +109,12 @@ class Native:
     callee: str
     kernel: Kernel
     source: Callable[[Sequence[str]], str]
+    many: str = ""
+    """The function of this module that runs several such calls on one `x`, or "": called as
+    `natives.<many>(x, (operands but x, bias or None), ...)`, it returns their results in
+    order (`linnet.torch.codegen` joins calls on one `x` into one such call)."""
+    arity: int = 0
+    """With `many`: the operands of a member but `x`, bias included (None when absent)."""
 
 
 Finder = Callable[[Op, Context], Native | None]
@@ -148,7 +157,11 @@ def find_linear(op: Op, context: Context) -> Native | None:
         )
     if context.device.type == "cpu" and x.dtype in ONEDNN_DTYPES and onednn_linear_available():
         return Native(
-            "std.nn.linear::linear", linear_cpu, lambda a: f"natives.linear_cpu({', '.join(a)})"
+            "std.nn.linear::linear",
+            linear_cpu,
+            lambda a: f"natives.linear_cpu({', '.join(a)})",
+            many="linear_cpu_many",
+            arity=2,
         )
     return Native("std.nn.linear::linear", F.linear, lambda a: f"F.linear({', '.join(a)})")
 
@@ -197,6 +210,18 @@ def linear_cpu(
     return result
 
 
+def linear_cpu_many(
+    x: torch.Tensor, *members: tuple[torch.Tensor, torch.Tensor | None]
+) -> tuple[torch.Tensor, ...]:
+    """`linear_cpu(x, *member)` for each member: one native call for all of them where each
+    would take `linnet.native`'s f32 kernel alone (bitwise the same results)."""
+    if not torch.is_grad_enabled() and type(x) is torch.Tensor:
+        rows = native_linear_f32_many(x, members)
+        if rows is not None:
+            return rows
+    return tuple(linear_cpu(x, *member) for member in members)
+
+
 def _linear_vector(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -206,16 +231,27 @@ def _linear_vector(
 linear_vector = _linear_vector
 
 
-def _find_quantised_linear(callee: str, kernel: Kernel, operands: tuple[int, int]) -> Finder:
+MANY_QUANTISED = {"linear_int8_many": linear_int8_many,
+                  "linear_int4_groups_many": linear_int4_groups_many}  # fmt: skip
+"""The `Native.many` functions of the quantised linears, which generated code calls as
+`natives.<name>` (bound here from `natives_quant`)."""
+
+
+def _find_quantised_linear(
+    callee: str, kernel: Kernel, operands: tuple[int, int], many: str = ""
+) -> Finder:
     """`std.quant` linears (`natives_quant`): a float `x` and `operands` operand counts
-    (without and with the bias)."""
+    (without and with the bias); `many` as `Native.many`."""
     name = callee.split("::")[1]
+
+    assert not many or many in MANY_QUANTISED
 
     def find(op: Op, context: Context) -> Native | None:
         x = op.operands[0].type
         if len(op.operands) not in operands or x.dtype not in FLOAT_DTYPES or x.rank < 1:
             return None
-        return Native(callee, kernel, lambda a: f"natives.{name}({', '.join(a)})")
+        spell = lambda a: f"natives.{name}({', '.join(a)})"  # noqa: E731
+        return Native(callee, kernel, spell, many=many, arity=operands[1] - 1)
 
     return find
 
@@ -991,9 +1027,11 @@ FINDERS: dict[str, Finder] = {
     "std.nn.attention::grouped_attention": find_attention,
     "std.nn.cache::write_at": find_write_at,
     "std.nn.cache::write_span": find_write_span,
-    "std.quant::linear_int8": _find_quantised_linear("std.quant::linear_int8", linear_int8, (3, 4)),
+    "std.quant::linear_int8": _find_quantised_linear(
+        "std.quant::linear_int8", linear_int8, (3, 4), "linear_int8_many"
+    ),
     "std.quant::linear_int4_groups": _find_quantised_linear(
-        "std.quant::linear_int4_groups", linear_int4_groups, (4, 5)
+        "std.quant::linear_int4_groups", linear_int4_groups, (4, 5), "linear_int4_groups_many"
     ),
     "std.quant::linear_fp8": _find_quantised_linear("std.quant::linear_fp8", linear_fp8, (3, 4)),
     "std.quant::linear_mxfp4": _find_quantised_linear(
