@@ -13,9 +13,10 @@ vocabulary, in `--rounds` rounds (median), with `--threads` threads.
 
 `--inside` skips the profile and splits each decode step's time between the native linear
 kernels (`linnet.native`'s ctypes calls, each timed) and the rest, per layer, for each of
-`--variants` (f32, int8, int4), with the code generator's joined linear calls
-(`linnet.torch.codegen.JOIN_CALLS`) on and off: one module each, rounds alternated in one
-process, the median round reported.
+`--variants` (f32, int8, int4), with each change to that rest on and off: the code
+generator's joined linear calls (`linnet.torch.codegen.JOIN_CALLS`; one module each) and the
+C rms_norm (`natives.native_rms_norm`), rounds alternated in one process, the median round
+reported.
 
     .venv/bin/python bench/torch_decode_profile.py [--entry decode|decode_slots]
         [--variant f32|int4] [--layers 4] [--threads 1] [--steps 16] [--rounds 3]
@@ -134,11 +135,11 @@ def _timed_kernels() -> list[float]:
 
 
 def inside(args: argparse.Namespace) -> None:
-    """Kernel and outside time per decode step, joined calls on and off, rounds alternated."""
+    """Kernel and outside time per decode step for each change, rounds alternated."""
     import torch
 
     import linnet.torch
-    from linnet.torch import codegen
+    from linnet.torch import codegen, natives
 
     spent = _timed_kernels()
     make = quant_decode.file_module("llama_make_weights", quant_decode.EXAMPLE / "make_weights.py")
@@ -146,6 +147,7 @@ def inside(args: argparse.Namespace) -> None:
     floats = make.make_weights(sizes, seed=0)
     folder = Path(tempfile.mkdtemp(prefix="torch-decode-inside-"))
     prompt = torch.arange(1, 17, dtype=torch.int32).reshape(1, 16).repeat(sizes["Batch"], 1)
+    native_norm = natives.native_rms_norm
     runs: dict[str, Any] = {}
     for name in args.variants.split(","):
         source, weights = decode_profile.variant(name, floats, folder, "tinyllama")
@@ -156,12 +158,18 @@ def inside(args: argparse.Namespace) -> None:
             with torch.no_grad():  # generate the code now, with JOIN_CALLS as set
                 module.run_entry("prefill", [prompt, 0])
                 step(16, torch.ones(1, dtype=torch.int32))
-            runs[f"{name} {'joined' if joined else 'apart'}"] = (module, step)
+            # configurations: the code of each change on or off (`aten norm`: the C rms_norm off)
+            if joined:
+                runs[f"{name} joined, aten norm"] = (module, step, False)
+                runs[f"{name} joined, C norm"] = (module, step, True)
+            else:
+                runs[f"{name} apart, aten norm"] = (module, step, False)
     codegen.JOIN_CALLS = True
     times: dict[str, list[tuple[float, float]]] = {key: [] for key in runs}
     with torch.no_grad():
         for _ in range(args.rounds):
-            for key, (module, step) in runs.items():
+            for key, (module, step, norm) in runs.items():
+                natives.native_rms_norm = native_norm if norm else lambda *_: None  # type: ignore[assignment]
                 module.reset_state()
                 logits = module.run_entry("prefill", [prompt, 0])
                 token = logits[:1, -1].argmax(-1).to(torch.int32)
@@ -171,6 +179,7 @@ def inside(args: argparse.Namespace) -> None:
                     token = step(position, token).argmax(-1).to(torch.int32).reshape(1)
                 wall = (time.perf_counter() - start) / args.steps * 1e3
                 times[key].append((wall, spent[0] / args.steps * 1e3))
+    natives.native_rms_norm = native_norm
     print(
         f"{args.entry}, {args.layers} layers, {args.threads} thread(s), {args.steps} steps, "
         f"median of {args.rounds} alternated rounds, load {os.getloadavg()[0]:.2f}"

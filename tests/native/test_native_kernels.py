@@ -237,6 +237,46 @@ def test_natives_quant_many_equals_the_members_calls() -> None:
     assert got[0].requires_grad and torch.equal(got[0], torch.nn.functional.linear(x, trained))
 
 
+@pytest.mark.parametrize(("rows", "h"), [(1, 2048), (3, 100), (2, 7)])
+def test_rms_norm_rows(library: Kernels, rows: int, h: int) -> None:
+    """stdlib.md 6 in NumPy f64: `x * rsqrt(mean(x^2) + eps) * weight`, within the f32
+    rounding of a sum of `h` squares and three products."""
+    rng = np.random.default_rng(h + rows)
+    x = (rng.standard_normal((rows, h)) * rng.uniform(0.01, 30, (rows, 1))).astype(np.float32)
+    w = rng.standard_normal(h).astype(np.float32)
+    y = torch.full((rows, h), float("nan"))
+    xt, wt = _tensor(x), _tensor(w)
+    library.rms_norm(xt.data_ptr(), rows, h, wt.data_ptr(), 1e-5, y.data_ptr())
+    x64 = x.astype(np.float64)
+    mean = (x64 * x64).mean(axis=1, keepdims=True)
+    expected = x64 / np.sqrt(mean + np.float64(np.float32(1e-5))) * w
+    bound = (2 * np.sqrt(h) + 8) * EPS * np.abs(expected) + 1e-30
+    assert (np.abs(y.numpy() - expected) <= bound).all()
+
+
+def test_natives_rms_norm_takes_the_kernel_for_decode_rows_only() -> None:
+    """`natives.rms_norm`: f32 rows of a decode step on the kernel, F.rms_norm's function
+    within f32 rounding; more rows, bf16 or a gradient to record keep the aten ops."""
+    from linnet.torch import natives, natives_quant
+
+    if native.kernels() is None:
+        pytest.skip(f"no native kernels: {native.status().reason}")
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(1, 2, 300, generator=g) * 7, torch.randn(300, generator=g)
+    aten = torch.nn.functional.rms_norm(x, (300,), eps=1e-6) * w
+    with torch.no_grad():
+        got = natives_quant.native_rms_norm(x, w, 1e-6)
+        assert got is not None and got.shape == x.shape
+        torch.testing.assert_close(got, aten)
+        assert torch.equal(natives.rms_norm(x, w, 1e-6, torch.float32), got)
+        many = x.repeat(1, natives_quant.NATIVE_ROWS, 1)
+        assert natives_quant.native_rms_norm(many, w, 1e-6) is None
+        assert natives_quant.native_rms_norm(x.bfloat16(), w.bfloat16(), 1e-6) is None
+    w.requires_grad_(True)
+    assert natives_quant.native_rms_norm(x, w, 1e-6) is None
+    assert natives.rms_norm(x, w, 1e-6, torch.float32).requires_grad
+
+
 def test_int4_rejects_a_group_that_does_not_divide(library: Kernels) -> None:
     x, y = torch.zeros(1, 96), torch.zeros(1, 1)
     packed, scale, zero = torch.zeros(1, 96, dtype=torch.uint8), torch.ones(3), torch.zeros(3)

@@ -26,6 +26,7 @@
  * 14 GB/s of packed bytes), where llama.cpp's Q4_0 rounds the activations to int8 and uses
  * integer dot products (a different function).
  */
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -558,5 +559,44 @@ int linnet_int4_linear_many(const float *x, int64_t m, int64_t in, int64_t group
                       int4_rows(even, odd, sums, m, in, (const uint8_t *)mk->weight, mk->scale,
                                 mk->zero, group, mk->bias, mk->y, mk->out, o0, o1));
     free(buffer);
+    return 0;
+}
+
+/* ---- rms_norm ------------------------------------------------------------------------- */
+
+/* `std.nn.norm::rms_norm` in f32 (stdlib.md 6) for each of `rows` rows of `h` values:
+ *   ms = sum_i x_i^2 / h,   n_i = x_i * (1 / sqrt(ms + eps)),   y_i = n_i * w_i
+ * the sum of squares in f32 lanes (another order than aten's: within f32 rounding), the
+ * weight multiplied after the normalised value is rounded, as the spec orders. A decode
+ * step's one row costs about a microsecond here against 10-20 for the aten ops, on the
+ * calling thread (no parallel region: a few rows are not worth waking threads for). */
+int linnet_rms_norm(const float *x, int64_t rows, int64_t h, const float *w, float eps,
+                    float *y) {
+    if (h <= 0) return 1;
+    for (int64_t b = 0; b < rows; b++) {
+        const float *xb = x + b * h;
+        float *yb = y + b * h;
+        float sum = 0.0f;
+        int64_t i = 0;
+#ifdef VECTOR
+        vf acc[4] = {vzero(), vzero(), vzero(), vzero()};
+        for (; i + 64 <= h; i += 64)
+            for (int r = 0; r < 4; r++) {
+                vf v = vload(xb + i + 16 * r);
+                acc[r] = vfma(v, v, acc[r]);
+            }
+        for (; i + 16 <= h; i += 16) {
+            vf v = vload(xb + i);
+            acc[0] = vfma(v, v, acc[0]);
+        }
+        sum = vsum(vadd(vadd(acc[0], acc[1]), vadd(acc[2], acc[3])));
+#endif
+        for (; i < h; i++) sum += xb[i] * xb[i];
+        float scale = 1.0f / sqrtf(sum / (float)h + eps);
+        for (i = 0; i < h; i++) {
+            float n = xb[i] * scale; /* rounded to f32 before the weight, as cast<T>(n) */
+            yb[i] = n * w[i];
+        }
+    }
     return 0;
 }

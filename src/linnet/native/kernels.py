@@ -64,6 +64,9 @@ class Kernels:
         self._f32_many = lib.linnet_f32_linear_many
         self._f32_many.argtypes = [_P, _I, _I, _P, _I, ctypes.c_int]
         self._f32_many.restype = ctypes.c_int
+        self._rms_norm = lib.linnet_rms_norm
+        self._rms_norm.argtypes = [_P, _I, _I, _P, ctypes.c_float, _P]
+        self._rms_norm.restype = ctypes.c_int
         path = lib.linnet_native_path
         path.restype = ctypes.c_char_p
         self.path = str(path().decode())
@@ -150,6 +153,11 @@ class Kernels:
         one parallel region (bitwise as alone)."""
         table = _members(members)
         self._check(self._f32_many(x, rows, into, table, len(members), threads), into, 0)
+
+    def rms_norm(self, x: int, rows: int, h: int, weight: int, eps: float, y: int) -> None:
+        """`std.nn.norm::rms_norm` in f32 on `x[rows, h]`, `weight[h]` into `y[rows, h]`."""
+        if self._rms_norm(x, rows, h, weight, eps, y) != 0:
+            raise ValueError(f"linnet.native: rms_norm over {h} values")
 
     @staticmethod
     def _check(code: int, into: int, group: int) -> None:

@@ -14,7 +14,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | callee | native |
 | --- | --- |
 | `std.nn.linear::linear` | `F.linear`; on the CPU in f32/bf16 without autograd, oneDNN's linear (`linear_cpu`), or for f32 with up to 4 rows `linnet.native`'s f32 kernel |
-| `std.nn.norm::rms_norm` | `F.rms_norm` on f32, cast to `T`, times the weight (the spec's order) |
+| `std.nn.norm::rms_norm` | `F.rms_norm` on f32, cast to `T`, times the weight (the spec's order); f32 rows of a decode step (up to 32, CPU, no autograd) in one call of `linnet.native`'s C loop |
 | `std.nn.softmax::softmax` | `torch.softmax` on f32, cast to `T` |
 | `std.nn.activations::silu`, `sigmoid` | `F.silu`, `torch.sigmoid` |
 | `std.nn.activations::gelu_erf` | `0.5 x erfc(-x / sqrt 2)` in f32 (native erfc), cast to `T` |
@@ -82,6 +82,7 @@ from linnet.torch.natives_quant import (
     linear_mxfp4,
     native_linear_f32,
     native_linear_f32_many,
+    native_rms_norm,
 )
 from linnet.torch.ops import Context, Kernel
 
@@ -260,7 +261,12 @@ def _find_quantised_linear(
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
-    """stdlib.md 6: normalise in f32, cast to `T`, then multiply by the weight."""
+    """stdlib.md 6: normalise in f32, cast to `T`, then multiply by the weight. f32 rows of a
+    decode step run on `linnet.native`'s kernel (`native_rms_norm`)."""
+    if dtype is torch.float32:
+        normed = native_rms_norm(x, weight, eps)
+        if normed is not None:
+            return normed
     normed = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=eps)
     return normed.to(dtype) * weight
 

@@ -158,6 +158,21 @@ def native_linear_f32(
     return y
 
 
+def native_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
+    """`std.nn.norm::rms_norm` for f32 on `linnet.native`'s kernel: up to `NATIVE_ROWS` rows
+    on the CPU without a gradient to record (a decode step's), else None. One C call in place
+    of the aten ops of `F.rms_norm` and the weight's product: a row of 2048 took about 17 us
+    that way, a few here (bench/torch_decode_profile.py --inside)."""
+    rows = _native_rows(x, weight)
+    native = _vector_kernels() if rows else None
+    if native is None or weight.dtype is not torch.float32 or not weight.is_contiguous():
+        return None
+    x = x.contiguous()
+    y = torch.empty(x.shape, dtype=torch.float32)
+    native.rms_norm(x.data_ptr(), rows, x.shape[-1], weight.data_ptr(), eps, y.data_ptr())
+    return y
+
+
 def linear_int8(
     x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
