@@ -277,6 +277,44 @@ def test_natives_rms_norm_takes_the_kernel_for_decode_rows_only() -> None:
     assert natives.rms_norm(x, w, 1e-6, torch.float32).requires_grad
 
 
+@pytest.mark.parametrize(("rows", "positions", "d"), [(32, 1, 64), (3, 5, 10), (1, 2, 2)])
+def test_rope_is_the_aten_form_bitwise(library: Kernels, rows: int, positions: int, d: int) -> None:
+    """`x * cos + roll(x) * sin'` (`sin'`: the first half negated), each product and sum
+    rounded to f32 as aten rounds them: the same bits."""
+    g = torch.Generator().manual_seed(rows * d + positions)
+    x = torch.randn(rows, positions, d, generator=g) * 5
+    cos, sin = torch.randn(positions, d, generator=g), torch.randn(positions, d, generator=g)
+    y = torch.full_like(x, float("nan"))
+    library.rope(x.data_ptr(), rows, positions, d, cos.data_ptr(), sin.data_ptr(), y.data_ptr())
+    half = d // 2
+    signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+    assert torch.equal(y, x * cos + torch.roll(x, half, -1) * signed)
+
+
+def test_natives_rope_takes_the_kernel_for_contiguous_decode_rows() -> None:
+    """`natives.rope` on the kernel for a decode step's contiguous `[B, H, 1, D]` queries, the
+    aten ops for a prefill's permuted view or under autograd: the same bits either way."""
+    from linnet.torch import natives, natives_quant
+
+    if native.kernels() is None:
+        pytest.skip(f"no native kernels: {native.status().reason}")
+    g = torch.Generator().manual_seed(11)
+    natives.begin_call()
+    for seq in (1, 6):
+        x = torch.randn(1, seq, 8, 16, generator=g).permute(0, 2, 1, 3)
+        cos, sin = torch.randn(seq, 16, generator=g), torch.randn(seq, 16, generator=g)
+        with torch.no_grad():
+            found = natives_quant.native_rope(x, cos, sin)
+            assert (found is not None) == (seq == 1)
+            got = natives.rope(x, cos, sin)
+        assert torch.equal(got, x * cos + torch.roll(x, 8, -1) * natives.signed_sin(sin))
+    trained = torch.randn(1, 8, 1, 16, generator=g).requires_grad_(True)
+    cos, sin = torch.randn(1, 16, generator=g), torch.randn(1, 16, generator=g)
+    with torch.no_grad():
+        assert natives_quant.native_rope(trained, cos, sin) is not None
+    assert natives_quant.native_rope(trained, cos, sin) is None
+
+
 def test_int4_rejects_a_group_that_does_not_divide(library: Kernels) -> None:
     x, y = torch.zeros(1, 96), torch.zeros(1, 1)
     packed, scale, zero = torch.zeros(1, 96, dtype=torch.uint8), torch.ones(3), torch.zeros(3)

@@ -600,3 +600,30 @@ int linnet_rms_norm(const float *x, int64_t rows, int64_t h, const float *w, flo
     }
     return 0;
 }
+
+/* ---- rope ----------------------------------------------------------------------------- */
+
+/* `std.nn.rope::rope` on `x[rows, positions, d]` with tables `cos, sin [positions, d]`:
+ *   y_i = x_i cos_i + r_i sin'_i,   r = concat(x2, x1),   sin' = concat(-sin1, sin2)
+ * each product and the sum rounded to f32 in that order (no contraction under -std=c11),
+ * which is `natives.rope`'s aten form bit for bit (stdlib.md 7: `x * cos + rotate_half(x) *
+ * sin`, the sign moved from one factor to the other). One pass on the calling thread. */
+int linnet_rope(const float *x, int64_t rows, int64_t positions, int64_t d, const float *cos,
+                const float *sin, float *y) {
+    if (d <= 0 || d % 2 != 0) return 1;
+    int64_t half = d / 2;
+    for (int64_t b = 0; b < rows; b++)
+        for (int64_t s = 0; s < positions; s++) {
+            const float *xr = x + (b * positions + s) * d, *c = cos + s * d, *n = sin + s * d;
+            float *yr = y + (b * positions + s) * d;
+            for (int64_t i = 0; i < half; i++) {
+                float a = xr[i] * c[i], r = xr[i + half] * -n[i];
+                yr[i] = a + r;
+            }
+            for (int64_t i = half; i < d; i++) {
+                float a = xr[i] * c[i], r = xr[i - half] * n[i];
+                yr[i] = a + r;
+            }
+        }
+    return 0;
+}

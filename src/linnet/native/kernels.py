@@ -67,6 +67,9 @@ class Kernels:
         self._rms_norm = lib.linnet_rms_norm
         self._rms_norm.argtypes = [_P, _I, _I, _P, ctypes.c_float, _P]
         self._rms_norm.restype = ctypes.c_int
+        self._rope = lib.linnet_rope
+        self._rope.argtypes = [_P, _I, _I, _I, _P, _P, _P]
+        self._rope.restype = ctypes.c_int
         path = lib.linnet_native_path
         path.restype = ctypes.c_char_p
         self.path = str(path().decode())
@@ -158,6 +161,11 @@ class Kernels:
         """`std.nn.norm::rms_norm` in f32 on `x[rows, h]`, `weight[h]` into `y[rows, h]`."""
         if self._rms_norm(x, rows, h, weight, eps, y) != 0:
             raise ValueError(f"linnet.native: rms_norm over {h} values")
+
+    def rope(self, x: int, rows: int, positions: int, d: int, cos: int, sin: int, y: int) -> None:
+        """`std.nn.rope::rope` on `x[rows, positions, d]`, tables `[positions, d]`, into `y`."""
+        if self._rope(x, rows, positions, d, cos, sin, y) != 0:
+            raise ValueError(f"linnet.native: rope over {d} values (must be even)")
 
     @staticmethod
     def _check(code: int, into: int, group: int) -> None:

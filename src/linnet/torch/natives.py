@@ -22,7 +22,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.norm::layer_norm` | `F.layer_norm` on f32 (no affine), cast to `T`, times the weight, plus the bias |
 | `std.nn.norm::batch_norm` | `F.batch_norm(training=False)` on f32, cast to `T` |
 | `std.nn.norm::group_norm` | `F.group_norm` on f32 (no affine), cast to `T`, then the per-channel affine in `T` |
-| `std.nn.rope::rope` | `x * cos + roll(x) * sin'` (`sin'`: the sin table's first half negated, made once per table) |
+| `std.nn.rope::rope` | `x * cos + roll(x) * sin'` (`sin'`: the sin table's first half negated, made once per table); a decode step's contiguous f32 rows in one C pass of `linnet.native` (the same bits) |
 | `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 (a boolean mask turned additive once per mask) |
 | `std.quant::linear_int8`, `linear_int4_groups` | on the CPU in f32 without autograd, up to 32 rows: `linnet.native`'s kernels on the packed bytes (batch-1 decoding reads 1 or 0.54 byte a weight, not 4); otherwise the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.quant::linear_fp8`, `linear_mxfp4` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
@@ -83,6 +83,7 @@ from linnet.torch.natives_quant import (
     native_linear_f32,
     native_linear_f32_many,
     native_rms_norm,
+    native_rope,
 )
 from linnet.torch.ops import Context, Kernel
 
@@ -523,6 +524,9 @@ def rope(x: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor) -> t
     `sin'` is made once per table (`Derived`: a decode step's layers share it), so a
     call is four kernels instead of seven.
     """
+    native = native_rope(x, cos_table, sin_table)  # decode rows: the same in one C pass
+    if native is not None:
+        return native
     rolled = torch.roll(x, x.shape[-1] // 2, -1)
     return x * cos_table + rolled * signed_sin(sin_table)
 
