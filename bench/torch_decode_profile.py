@@ -15,7 +15,7 @@ vocabulary, in `--rounds` rounds (median), with `--threads` threads.
 kernels (`linnet.native`'s ctypes calls, each timed) and the rest, per layer, for each of
 `--variants` (f32, int8, int4), with each change to that rest on and off: the code
 generator's joined linear calls (`linnet.torch.codegen.JOIN_CALLS`; one module each) and the
-C rms_norm and rope (`natives.native_rms_norm`, `native_rope`), rounds alternated in one process, the median round
+C loops for rms_norm, rope and attention (`linnet.torch.natives_cpu`), rounds alternated in one process, the median round
 reported.
 
     .venv/bin/python bench/torch_decode_profile.py [--entry decode|decode_slots]
@@ -147,7 +147,7 @@ def inside(args: argparse.Namespace) -> None:
     floats = make.make_weights(sizes, seed=0)
     folder = Path(tempfile.mkdtemp(prefix="torch-decode-inside-"))
     prompt = torch.arange(1, 17, dtype=torch.int32).reshape(1, 16).repeat(sizes["Batch"], 1)
-    native_norm, native_rope = natives.native_rms_norm, natives.native_rope
+    loops = {n: getattr(natives, n) for n in ("native_rms_norm", "native_rope", "native_attention")}
     runs: dict[str, Any] = {}
     for name in args.variants.split(","):
         source, weights = decode_profile.variant(name, floats, folder, "tinyllama")
@@ -158,19 +158,19 @@ def inside(args: argparse.Namespace) -> None:
             with torch.no_grad():  # generate the code now, with JOIN_CALLS as set
                 module.run_entry("prefill", [prompt, 0])
                 step(16, torch.ones(1, dtype=torch.int32))
-            # each change on or off (`aten norm+rope`: the C rms_norm and rope off)
+            # each change on or off (`aten small ops`: the C loops off)
             if joined:
-                runs[f"{name} joined, aten norm+rope"] = (module, step, False)
-                runs[f"{name} joined, C norm+rope"] = (module, step, True)
+                runs[f"{name} joined, aten small ops"] = (module, step, False)
+                runs[f"{name} joined, C small ops"] = (module, step, True)
             else:
-                runs[f"{name} apart, aten norm+rope"] = (module, step, False)
+                runs[f"{name} apart, aten small ops"] = (module, step, False)
     codegen.JOIN_CALLS = True
     times: dict[str, list[tuple[float, float]]] = {key: [] for key in runs}
     with torch.no_grad():
         for _ in range(args.rounds):
             for key, (module, step, norm) in runs.items():
-                natives.native_rms_norm = native_norm if norm else lambda *_: None  # type: ignore[assignment]
-                natives.native_rope = native_rope if norm else lambda *_: None  # type: ignore[assignment]
+                for loop, found in loops.items():
+                    setattr(natives, loop, found if norm else lambda *_: None)
                 module.reset_state()
                 logits = module.run_entry("prefill", [prompt, 0])
                 token = logits[:1, -1].argmax(-1).to(torch.int32)
@@ -180,7 +180,8 @@ def inside(args: argparse.Namespace) -> None:
                     token = step(position, token).argmax(-1).to(torch.int32).reshape(1)
                 wall = (time.perf_counter() - start) / args.steps * 1e3
                 times[key].append((wall, spent[0] / args.steps * 1e3))
-    natives.native_rms_norm, natives.native_rope = native_norm, native_rope
+    for loop, found in loops.items():
+        setattr(natives, loop, found)
     print(
         f"{args.entry}, {args.layers} layers, {args.threads} thread(s), {args.steps} steps, "
         f"median of {args.rounds} alternated rounds, load {os.getloadavg()[0]:.2f}"

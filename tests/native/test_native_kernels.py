@@ -257,7 +257,7 @@ def test_rms_norm_rows(library: Kernels, rows: int, h: int) -> None:
 def test_natives_rms_norm_takes_the_kernel_for_decode_rows_only() -> None:
     """`natives.rms_norm`: f32 rows of a decode step on the kernel, F.rms_norm's function
     within f32 rounding; more rows, bf16 or a gradient to record keep the aten ops."""
-    from linnet.torch import natives, natives_quant
+    from linnet.torch import natives, natives_cpu, natives_quant
 
     if native.kernels() is None:
         pytest.skip(f"no native kernels: {native.status().reason}")
@@ -265,15 +265,15 @@ def test_natives_rms_norm_takes_the_kernel_for_decode_rows_only() -> None:
     x, w = torch.randn(1, 2, 300, generator=g) * 7, torch.randn(300, generator=g)
     aten = torch.nn.functional.rms_norm(x, (300,), eps=1e-6) * w
     with torch.no_grad():
-        got = natives_quant.native_rms_norm(x, w, 1e-6)
+        got = natives_cpu.native_rms_norm(x, w, 1e-6)
         assert got is not None and got.shape == x.shape
         torch.testing.assert_close(got, aten)
         assert torch.equal(natives.rms_norm(x, w, 1e-6, torch.float32), got)
         many = x.repeat(1, natives_quant.NATIVE_ROWS, 1)
-        assert natives_quant.native_rms_norm(many, w, 1e-6) is None
-        assert natives_quant.native_rms_norm(x.bfloat16(), w.bfloat16(), 1e-6) is None
+        assert natives_cpu.native_rms_norm(many, w, 1e-6) is None
+        assert natives_cpu.native_rms_norm(x.bfloat16(), w.bfloat16(), 1e-6) is None
     w.requires_grad_(True)
-    assert natives_quant.native_rms_norm(x, w, 1e-6) is None
+    assert natives_cpu.native_rms_norm(x, w, 1e-6) is None
     assert natives.rms_norm(x, w, 1e-6, torch.float32).requires_grad
 
 
@@ -294,7 +294,7 @@ def test_rope_is_the_aten_form_bitwise(library: Kernels, rows: int, positions: i
 def test_natives_rope_takes_the_kernel_for_contiguous_decode_rows() -> None:
     """`natives.rope` on the kernel for a decode step's contiguous `[B, H, 1, D]` queries, the
     aten ops for a prefill's permuted view or under autograd: the same bits either way."""
-    from linnet.torch import natives, natives_quant
+    from linnet.torch import natives, natives_cpu
 
     if native.kernels() is None:
         pytest.skip(f"no native kernels: {native.status().reason}")
@@ -304,15 +304,84 @@ def test_natives_rope_takes_the_kernel_for_contiguous_decode_rows() -> None:
         x = torch.randn(1, seq, 8, 16, generator=g).permute(0, 2, 1, 3)
         cos, sin = torch.randn(seq, 16, generator=g), torch.randn(seq, 16, generator=g)
         with torch.no_grad():
-            found = natives_quant.native_rope(x, cos, sin)
+            found = natives_cpu.native_rope(x, cos, sin)
             assert (found is not None) == (seq == 1)
             got = natives.rope(x, cos, sin)
         assert torch.equal(got, x * cos + torch.roll(x, 8, -1) * natives.signed_sin(sin))
     trained = torch.randn(1, 8, 1, 16, generator=g).requires_grad_(True)
     cos, sin = torch.randn(1, 16, generator=g), torch.randn(1, 16, generator=g)
     with torch.no_grad():
-        assert natives_quant.native_rope(trained, cos, sin) is not None
-    assert natives_quant.native_rope(trained, cos, sin) is None
+        assert natives_cpu.native_rope(trained, cos, sin) is not None
+    assert natives_cpu.native_rope(trained, cos, sin) is None
+
+
+def _attention_body(q: Array, k: Array, v: Array, mask: Array | None, scale: float) -> Array:
+    """stdlib.md 9 in NumPy f64: masked scores -1e30 (an empty row averages the values)."""
+    group = q.shape[1] // k.shape[1]
+    k64, v64 = (np.repeat(t.astype(np.float64), group, axis=1) for t in (k, v))
+    scores = q.astype(np.float64) @ k64.transpose(0, 1, 3, 2) * scale
+    if mask is not None:
+        scores = np.where(mask, scores, -1e30)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    return (weights / weights.sum(-1, keepdims=True)) @ v64
+
+
+@pytest.mark.parametrize(
+    ("batch", "heads", "kv_heads", "queries", "keys", "d"),
+    [(1, 32, 4, 1, 40, 64), (2, 4, 2, 3, 9, 8), (1, 2, 2, 2, 5, 20)],
+)
+@pytest.mark.parametrize("masked", [False, True])
+def test_attention_rows(
+    library: Kernels, batch: int, heads: int, kv_heads: int, queries: int, keys: int, d: int,
+    masked: bool,
+) -> None:  # fmt: skip
+    """Grouped heads, masked keys, a row that keeps no key (the mean of the values), against
+    the canonical body in f64: within the f32 rounding of dot products, exp and sums."""
+    rng = np.random.default_rng(heads * keys + queries)
+    q = rng.standard_normal((batch, heads, queries, d)).astype(np.float32)
+    k = rng.standard_normal((batch, kv_heads, keys, d)).astype(np.float32)
+    v = rng.standard_normal((batch, kv_heads, keys, d)).astype(np.float32)
+    mask = rng.random((queries, keys)) < 0.6 if masked else None
+    if mask is not None:
+        mask[0] = False
+    scale = 1 / np.sqrt(d)
+    y = torch.full((batch, heads, queries, d), float("nan"))
+    tensors = [_tensor(a) for a in (q, k, v)]
+    mt = None if mask is None else _tensor(mask)
+    library.attention(
+        *(t.data_ptr() for t in tensors), None if mt is None else mt.data_ptr(),
+        batch, heads, kv_heads, queries, keys, d, float(scale), y.data_ptr(),
+    )  # fmt: skip
+    expected = _attention_body(q, k, v, mask, float(np.float32(scale)))
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=2e-6)
+
+
+def test_natives_attention_takes_the_kernel_for_decode_rows() -> None:
+    """`natives.attention` for a decode step's query row (grouped heads, a mask with an empty
+    row, a runtime scale) runs the kernel, within f32 rounding of SDPA's result; a causal
+    call, many scores or a gradient to record keep SDPA."""
+    from linnet.torch import natives, natives_cpu
+
+    if native.kernels() is None:
+        pytest.skip(f"no native kernels: {native.status().reason}")
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, h, n, 16, generator=g) for h, n in ((8, 2), (2, 12), (2, 12)))
+    mask = torch.rand(2, 12, generator=g) < 0.5
+    mask[1] = False
+    scale = torch.tensor(0.25)
+    natives.begin_call()
+    with torch.no_grad():
+        got = natives_cpu.native_attention(q, k, v, scale, mask, False)
+        assert got is not None
+        torch.testing.assert_close(
+            natives.attention(q, k, v, scale, mask, False, torch.float32), got
+        )
+        sdpa = natives.attention(q, k, v, scale, mask, False, torch.float64)  # SDPA, then cast
+        torch.testing.assert_close(got.double(), sdpa, rtol=1e-5, atol=1e-6)
+        assert natives_cpu.native_attention(q, k, v, 0.25, None, True) is None
+        long = torch.randn(1, 2, natives_cpu.NATIVE_SCORES, 16)
+        assert natives_cpu.native_attention(q, long, long, 0.25, None, False) is None
+    assert natives_cpu.native_attention(q.requires_grad_(True), k, v, 0.25, None, False) is None
 
 
 def test_int4_rejects_a_group_that_does_not_divide(library: Kernels) -> None:

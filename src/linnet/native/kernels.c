@@ -627,3 +627,94 @@ int linnet_rope(const float *x, int64_t rows, int64_t positions, int64_t d, cons
         }
     return 0;
 }
+
+/* ---- attention of a few query rows ---------------------------------------------------- */
+
+/* `std.nn.attention::attention` / `grouped_attention` for q [batch, heads, queries, d] and
+ * keys, values [batch, kv_heads, keys, d] (query head h reads key/value head
+ * h / (heads / kv_heads)), all contiguous f32, under a boolean mask [queries, keys] (NULL:
+ * none):
+ *   s_j = (q . k_j) * scale over the kept keys,  p_j = exp(s_j - max s) / sum exp(s - max s),
+ *   y = sum_j p_j v_j;  a row that keeps no key gets the mean of all the values,
+ * as the canonical body's -1e30 scores give (stdlib.md 9). The masked keys are skipped, as
+ * SDPA's -inf scores skip them. Within f32 reordering of the body (expf for exp). On the
+ * calling thread: a decode step's few rows are not worth a parallel region. */
+#if defined(LINNET_AVX512)
+static inline void vstore(float *p, vf a) { _mm512_storeu_ps(p, a); }
+#elif defined(LINNET_AVX2)
+static inline void vstore(float *p, vf a) {
+    _mm256_storeu_ps(p, a.a);
+    _mm256_storeu_ps(p + 8, a.b);
+}
+#endif
+
+/* y += e * v over d values (vector lanes where they fit, in the same per-value order). */
+static inline void add_scaled(float *y, float e, const float *v, int64_t d) {
+    int64_t i = 0;
+#ifdef VECTOR
+    vf s = vset1(e);
+    for (; i + 16 <= d; i += 16) {
+        vf p = vload(v + i);
+#if defined(LINNET_AVX512)
+        vstore(y + i, _mm512_add_ps(vload(y + i), _mm512_mul_ps(s, p)));
+#else
+        vf m = {_mm256_mul_ps(s.a, p.a), _mm256_mul_ps(s.b, p.b)};
+        vstore(y + i, vadd(vload(y + i), m));
+#endif
+    }
+#endif
+    for (; i < d; i++) y[i] += e * v[i];
+}
+
+int linnet_attention(const float *q, const float *k, const float *v, const uint8_t *mask,
+                     int64_t batch, int64_t heads, int64_t kv_heads, int64_t queries,
+                     int64_t keys, int64_t d, float scale, float *y) {
+    if (kv_heads <= 0 || heads % kv_heads != 0 || d <= 0) return 1;
+    float *weights = (float *)malloc(sizeof(float) * (size_t)(keys > 0 ? keys : 1));
+    if (weights == NULL) return 2;
+    int64_t group = heads / kv_heads;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t h = 0; h < heads; h++) {
+            const float *kh = k + (b * kv_heads + h / group) * keys * d;
+            const float *vh = v + (b * kv_heads + h / group) * keys * d;
+            for (int64_t r = 0; r < queries; r++) {
+                const float *qr = q + ((b * heads + h) * queries + r) * d;
+                float *yr = y + ((b * heads + h) * queries + r) * d;
+                const uint8_t *kept = mask ? mask + r * keys : NULL;
+                float top = -INFINITY;
+                int64_t count = 0;
+                for (int64_t j = 0; j < keys; j++) {
+                    if (kept && !kept[j]) continue;
+                    const float *kj = kh + j * d;
+                    float dot = 0.0f;
+                    int64_t i = 0;
+#ifdef VECTOR
+                    vf acc = vzero();
+                    for (; i + 16 <= d; i += 16) acc = vfma(vload(qr + i), vload(kj + i), acc);
+                    dot = vsum(acc);
+#endif
+                    for (; i < d; i++) dot += qr[i] * kj[i];
+                    float s = dot * scale;
+                    weights[j] = s;
+                    top = s > top ? s : top;
+                    count++;
+                }
+                for (int64_t i = 0; i < d; i++) yr[i] = 0.0f;
+                if (count == 0) { /* no key kept: the mean of all the values */
+                    for (int64_t j = 0; j < keys; j++) add_scaled(yr, 1.0f, vh + j * d, d);
+                    for (int64_t i = 0; i < d; i++) yr[i] /= (float)keys;
+                    continue;
+                }
+                float total = 0.0f;
+                for (int64_t j = 0; j < keys; j++) {
+                    if (kept && !kept[j]) continue;
+                    float e = expf(weights[j] - top);
+                    total += e;
+                    add_scaled(yr, e, vh + j * d, d);
+                }
+                for (int64_t i = 0; i < d; i++) yr[i] /= total;
+            }
+        }
+    free(weights);
+    return 0;
+}

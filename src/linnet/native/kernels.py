@@ -70,6 +70,9 @@ class Kernels:
         self._rope = lib.linnet_rope
         self._rope.argtypes = [_P, _I, _I, _I, _P, _P, _P]
         self._rope.restype = ctypes.c_int
+        self._attention = lib.linnet_attention
+        self._attention.argtypes = [_P, _P, _P, _P, _I, _I, _I, _I, _I, _I, ctypes.c_float, _P]
+        self._attention.restype = ctypes.c_int
         path = lib.linnet_native_path
         path.restype = ctypes.c_char_p
         self.path = str(path().decode())
@@ -166,6 +169,18 @@ class Kernels:
         """`std.nn.rope::rope` on `x[rows, positions, d]`, tables `[positions, d]`, into `y`."""
         if self._rope(x, rows, positions, d, cos, sin, y) != 0:
             raise ValueError(f"linnet.native: rope over {d} values (must be even)")
+
+    def attention(
+        self, q: int, k: int, v: int, mask: int | None, batch: int, heads: int, kv_heads: int,
+        queries: int, keys: int, d: int, scale: float, y: int,
+    ) -> None:  # fmt: skip
+        """`std.nn.attention::grouped_attention` on q `[batch, heads, queries, d]`, k and v
+        `[batch, kv_heads, keys, d]`, a boolean mask `[queries, keys]` (None: none), into y."""
+        code = self._attention(q, k, v, mask, batch, heads, kv_heads, queries, keys, d, scale, y)
+        if code == 2:
+            raise MemoryError("linnet.native: no memory for the attention weights")
+        if code != 0:
+            raise ValueError(f"linnet.native: {heads} heads over {kv_heads} key/value heads")
 
     @staticmethod
     def _check(code: int, into: int, group: int) -> None:

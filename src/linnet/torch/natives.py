@@ -23,7 +23,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.norm::batch_norm` | `F.batch_norm(training=False)` on f32, cast to `T` |
 | `std.nn.norm::group_norm` | `F.group_norm` on f32 (no affine), cast to `T`, then the per-channel affine in `T` |
 | `std.nn.rope::rope` | `x * cos + roll(x) * sin'` (`sin'`: the sin table's first half negated, made once per table); a decode step's contiguous f32 rows in one C pass of `linnet.native` (the same bits) |
-| `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 (a boolean mask turned additive once per mask) |
+| `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 (a boolean mask turned additive once per mask); a decode step's f32 rows (not causal, up to 32768 scores) in one C loop of `linnet.native` (`natives_cpu`) |
 | `std.quant::linear_int8`, `linear_int4_groups` | on the CPU in f32 without autograd, up to 32 rows: `linnet.native`'s kernels on the packed bytes (batch-1 decoding reads 1 or 0.54 byte a weight, not 4); otherwise the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.quant::linear_fp8`, `linear_mxfp4` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.nn.loss::linear_token_log_probs`, `linear_cross_entropy` | row blocks that never hold the `[N, V]` logits (`linnet.torch.chunked_loss`) |
@@ -73,6 +73,7 @@ from linnet.ir.core import FLOAT_DTYPES, Op, TensorType
 from linnet.records import record
 from linnet.torch import chunked_loss
 from linnet.torch.dtypes import storage
+from linnet.torch.natives_cpu import native_attention, native_rms_norm, native_rope
 from linnet.torch.natives_quant import (
     linear_fp8,
     linear_int4_groups,
@@ -82,8 +83,6 @@ from linnet.torch.natives_quant import (
     linear_mxfp4,
     native_linear_f32,
     native_linear_f32_many,
-    native_rms_norm,
-    native_rope,
 )
 from linnet.torch.ops import Context, Kernel
 
@@ -567,6 +566,10 @@ def attention(
     body's -1e30 scores give.
     """
     f32 = torch.float32
+    if dtype is f32:  # a decode step's few rows: one C loop (`natives_cpu`)
+        native = native_attention(query, key, value, scale, mask, causal)
+        if native is not None:
+            return native
     q = query if query.dtype == f32 else query.to(f32)
     k = key if key.dtype == f32 else key.to(f32)
     v = value if value.dtype == f32 else value.to(f32)

@@ -158,49 +158,6 @@ def native_linear_f32(
     return y
 
 
-def native_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
-    """`std.nn.norm::rms_norm` for f32 on `linnet.native`'s kernel: up to `NATIVE_ROWS` rows
-    on the CPU without a gradient to record (a decode step's), else None. One C call in place
-    of the aten ops of `F.rms_norm` and the weight's product: a row of 2048 took about 17 us
-    that way, a few here (bench/torch_decode_profile.py --inside)."""
-    rows = _native_rows(x, weight)
-    native = _vector_kernels() if rows else None
-    if native is None or weight.dtype is not torch.float32 or not weight.is_contiguous():
-        return None
-    x = x.contiguous()
-    y = torch.empty(x.shape, dtype=torch.float32)
-    native.rms_norm(x.data_ptr(), rows, x.shape[-1], weight.data_ptr(), eps, y.data_ptr())
-    return y
-
-
-NATIVE_ROPE = 1 << 16
-"""Most elements of `x` for `native_rope` (a decode step's queries: heads x 64)."""
-
-
-def native_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor | None:
-    """`natives.rope` in one C pass (bitwise the same products and sums), for a contiguous f32
-    `x[..., S, D]` of up to `NATIVE_ROPE` elements and tables `[S, D]` on the CPU without a
-    gradient to record, else None: four aten ops fewer per call."""
-    if x.numel() > NATIVE_ROPE or not _native_rows(x, cos, sin) or not x.is_contiguous():
-        return None
-    native = _vector_kernels()
-    if (
-        native is None
-        or cos.dtype is not torch.float32
-        or sin.dtype is not torch.float32
-        or cos.shape != x.shape[-2:]
-        or sin.shape != x.shape[-2:]
-        or not cos.is_contiguous()
-        or not sin.is_contiguous()
-    ):
-        return None
-    positions, d = x.shape[-2], x.shape[-1]
-    y = torch.empty(x.shape, dtype=torch.float32)
-    rows = x.numel() // (positions * d)
-    native.rope(x.data_ptr(), rows, positions, d, cos.data_ptr(), sin.data_ptr(), y.data_ptr())
-    return y
-
-
 def linear_int8(
     x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
