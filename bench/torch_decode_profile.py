@@ -15,7 +15,7 @@ vocabulary, in `--rounds` rounds (median), with `--threads` threads.
 kernels (`linnet.native`'s ctypes calls, each timed) and the rest, per layer, for each of
 `--variants` (f32, int8, int4), with each change to that rest on and off: the code
 generator's joined linear calls (`linnet.torch.codegen.JOIN_CALLS`; one module each) and the
-C loops for rms_norm, rope and attention (`linnet.torch.natives_cpu`), rounds alternated in one process, the median round
+C loops for rms_norm, rope, attention and cache writes (`linnet.torch.natives_cpu`), rounds alternated in one process, the median round
 reported.
 
     .venv/bin/python bench/torch_decode_profile.py [--entry decode|decode_slots]
@@ -147,7 +147,8 @@ def inside(args: argparse.Namespace) -> None:
     floats = make.make_weights(sizes, seed=0)
     folder = Path(tempfile.mkdtemp(prefix="torch-decode-inside-"))
     prompt = torch.arange(1, 17, dtype=torch.int32).reshape(1, 16).repeat(sizes["Batch"], 1)
-    loops = {n: getattr(natives, n) for n in ("native_rms_norm", "native_rope", "native_attention")}
+    names = ("native_rms_norm", "native_rope", "native_attention", "native_write_span")
+    loops = {n: getattr(natives, n) for n in names}
     runs: dict[str, Any] = {}
     for name in args.variants.split(","):
         source, weights = decode_profile.variant(name, floats, folder, "tinyllama")

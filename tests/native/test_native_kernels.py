@@ -315,6 +315,30 @@ def test_natives_rope_takes_the_kernel_for_contiguous_decode_rows() -> None:
     assert natives_cpu.native_rope(trained, cos, sin) is None
 
 
+@pytest.mark.parametrize("start", [0, 3, -1, 4, 6, -2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_write_span_in_place_copies_the_span(start: int, dtype: torch.dtype) -> None:
+    """`natives.write_span_in_place` on the C copy: the cache a slice assignment gives, for
+    spans inside, over either end of, and past the cache (nothing written)."""
+    from linnet.torch import natives, natives_cpu
+
+    if native.kernels() is None:
+        pytest.skip(f"no native kernels: {native.status().reason}")
+    g = torch.Generator().manual_seed(start + 7)
+    cache = torch.randn(2, 3, 6, 4, generator=g).to(dtype)
+    value = torch.randn(2, 3, 2, 4, generator=g).to(dtype)
+    expected = cache.clone()
+    low, high = max(start, 0), min(start + 2, 6)
+    if low < high:
+        expected[:, :, low:high] = value[:, :, low - start : high - start]
+        assert natives_cpu.native_write_span(cache.clone(), value, low, high, start)
+    with torch.no_grad():
+        got = natives.write_span_in_place(cache, value, start)
+    assert got is cache and torch.equal(cache, expected)
+    view = value.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)  # not contiguous
+    assert not natives_cpu.native_write_span(cache, view, 0, 2, 0)
+
+
 def _attention_body(q: Array, k: Array, v: Array, mask: Array | None, scale: float) -> Array:
     """stdlib.md 9 in NumPy f64: masked scores -1e30 (an empty row averages the values)."""
     group = q.shape[1] // k.shape[1]

@@ -718,3 +718,18 @@ int linnet_attention(const float *q, const float *k, const float *v, const uint8
     free(weights);
     return 0;
 }
+
+/* ---- cache span writes ---------------------------------------------------------------- */
+
+/* `std.nn.cache::write_span` into the cache itself: for each of `rows` (batch x heads) rows,
+ * positions [low, high) of `cache[rows, size, width]` take positions [low - start, high -
+ * start) of `value[rows, count, width]`, `width` bytes a position: a copy, the same bytes. */
+int linnet_write_span(uint8_t *cache, const uint8_t *value, int64_t rows, int64_t size,
+                      int64_t count, int64_t width, int64_t low, int64_t high, int64_t start) {
+    if (low < 0 || high > size || low >= high || low - start < 0 || high - start > count)
+        return 1;
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(cache + (r * size + low) * width, value + (r * count + low - start) * width,
+               (size_t)((high - low) * width));
+    return 0;
+}

@@ -73,6 +73,9 @@ class Kernels:
         self._attention = lib.linnet_attention
         self._attention.argtypes = [_P, _P, _P, _P, _I, _I, _I, _I, _I, _I, ctypes.c_float, _P]
         self._attention.restype = ctypes.c_int
+        self._write_span = lib.linnet_write_span
+        self._write_span.argtypes = [_P, _P, _I, _I, _I, _I, _I, _I, _I]
+        self._write_span.restype = ctypes.c_int
         path = lib.linnet_native_path
         path.restype = ctypes.c_char_p
         self.path = str(path().decode())
@@ -181,6 +184,15 @@ class Kernels:
             raise MemoryError("linnet.native: no memory for the attention weights")
         if code != 0:
             raise ValueError(f"linnet.native: {heads} heads over {kv_heads} key/value heads")
+
+    def write_span(
+        self, cache: int, value: int, rows: int, size: int, count: int, width: int, low: int,
+        high: int, start: int,
+    ) -> None:  # fmt: skip
+        """Positions `[low, high)` of each row of `cache[rows, size]` take positions `[low -
+        start, high - start)` of `value[rows, count]`, `width` bytes a position."""
+        if self._write_span(cache, value, rows, size, count, width, low, high, start) != 0:
+            raise ValueError(f"linnet.native: positions {low}..{high} from {start}")
 
     @staticmethod
     def _check(code: int, into: int, group: int) -> None:

@@ -28,7 +28,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.quant::linear_fp8`, `linear_mxfp4` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.nn.loss::linear_token_log_probs`, `linear_cross_entropy` | row blocks that never hold the `[N, V]` logits (`linnet.torch.chunked_loss`) |
 | `std.nn.cache::write_at` | `index_copy` of the one row (out of place) |
-| `std.nn.cache::write_span` at a constant position, or any on the CPU | the cache slices and the span, concatenated (the position read on the host) |
+| `std.nn.cache::write_span` at a constant position, or any on the CPU | the cache slices and the span, concatenated (the position read on the host); into a donated cache, a slice assignment (one C loop of `memcpy`s for a decode step's contiguous CPU tensors) |
 | `std.nn.cache::write_rows` | one copy of the cache, each row's position assigned by index |
 | `std.nn.cache::write_slots` at a constant position | one copy of the cache, the listed rows assigned by index |
 | `std.nn.parallel::{all_reduce, all_gather, shared}`, when a tensor-parallel load marked them | collectives over the ranks (`linnet.torch.parallel`) |
@@ -73,7 +73,12 @@ from linnet.ir.core import FLOAT_DTYPES, Op, TensorType
 from linnet.records import record
 from linnet.torch import chunked_loss
 from linnet.torch.dtypes import storage
-from linnet.torch.natives_cpu import native_attention, native_rms_norm, native_rope
+from linnet.torch.natives_cpu import (
+    native_attention,
+    native_rms_norm,
+    native_rope,
+    native_write_span,
+)
 from linnet.torch.natives_quant import (
     linear_fp8,
     linear_int4_groups,
@@ -963,7 +968,7 @@ def write_span_in_place(cache: torch.Tensor, value: torch.Tensor, start: int) ->
         return write_span(cache, value, start)
     size, count = cache.shape[2], value.shape[2]
     low, high = max(start, 0), min(start + count, size)
-    if low < high:
+    if low < high and not native_write_span(cache, value, low, high, start):
         cache[:, :, low:high] = value[:, :, low - start : high - start]
     return cache
 

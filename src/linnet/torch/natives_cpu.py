@@ -1,7 +1,8 @@
-"""`linnet.native`'s C loops for a decode step's small ops: rms_norm, rope and attention.
+"""`linnet.native`'s C loops for a decode step's small ops: rms_norm, rope, attention and
+cache span writes.
 
-Stage: kernels behind `linnet.torch.natives` (`natives.rms_norm`, `rope` and
-`attention` call these first). A decode step runs each of these ops on a few
+Stage: kernels behind `linnet.torch.natives` (`natives.rms_norm`, `rope`,
+`attention` and `write_span_in_place` call these first). A decode step runs each of these ops on a few
 rows; as aten ops each costs several dispatches, allocations and (attention)
 a parallel region, 10-40 microseconds alone and two to three times that in a
 decode step, where every linear has just streamed megabytes of weights
@@ -12,7 +13,7 @@ Each returns None where it does not apply (not the CPU, not f32, a gradient
 to record, a tensor subclass, a layout or size it does not take), and the
 caller runs its aten form. rms_norm and attention compute their std op's
 function within f32 reordering (tested against NumPy f64 and the canonical
-body); rope gives the aten form's bits.
+body); rope gives the aten form's bits, the cache write the same bytes.
 """
 
 from __future__ import annotations
@@ -39,6 +40,34 @@ def native_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
 
 NATIVE_ROPE = 1024
 """Most rows of `x` (of `D` values) for `native_rope` (a decode step's queries: one a head)."""
+
+
+def native_write_span(
+    cache: torch.Tensor, value: torch.Tensor, low: int, high: int, start: int
+) -> bool:
+    """`natives.write_span_in_place`'s copy (positions `[low, high)` of the cache from `value`)
+    as one C loop of `memcpy`s for contiguous CPU tensors of one dtype, a decode step's
+    (rows of `value` up to `NATIVE_ROPE`); False where it does not apply."""
+    if (
+        type(cache) is not torch.Tensor
+        or type(value) is not torch.Tensor
+        or not cache.is_cpu
+        or not value.is_cpu
+        or cache.dtype is not value.dtype
+        or not cache.is_contiguous()
+        or not value.is_contiguous()
+    ):
+        return False
+    native = _vector_kernels()
+    rows = cache.shape[0] * cache.shape[1]
+    if native is None or rows * value.shape[2] > NATIVE_ROPE:
+        return False
+    width = cache.shape[3] * cache.element_size()
+    native.write_span(
+        cache.data_ptr(), value.data_ptr(), rows, cache.shape[2], value.shape[2], width, low, high,
+        start,
+    )  # fmt: skip
+    return True
 
 
 def native_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor | None:
