@@ -185,7 +185,9 @@ def inside(args: argparse.Namespace) -> None:
         setattr(natives, loop, found)
     print(
         f"{args.entry}, {args.layers} layers, {args.threads} thread(s), {args.steps} steps, "
-        f"median of {args.rounds} alternated rounds, load {os.getloadavg()[0]:.2f}"
+        f"median of {args.rounds} alternated rounds, load {os.getloadavg()[0]:.2f}, "
+        f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', '-')} "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '-')}"
     )
     print("| variant | ms/step | kernels ms | outside ms | outside us/layer |")
     print("| --- | --- | --- | --- | --- |")

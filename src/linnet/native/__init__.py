@@ -7,6 +7,9 @@ f32 here), reading four bytes per weight. These kernels read the packed bytes
 (`Int8Linear`: 1 byte + a scale per row; `Int4GroupLinear`, group 128: 0.54
 byte) and compute the std op's function in f32 (`kernels.c` says how); the f32
 kernel serves `linnet.torch`'s f32 linears of a decode step (`natives.linear_cpu`).
+Linears that read one x run as one call and one parallel region (`*_many`), and
+a decode step's rms_norm, rope, attention and cache writes have plain C loops
+(`linnet.torch.natives_cpu`), each one ctypes call in place of several aten ops.
 
 `kernels()` gives the library or None; `status()` says which vector path was
 compiled, with how many threads, or why there is no library (no compiler, a
