@@ -331,7 +331,9 @@ class LinnetModule(nn.Module):
         results, updates = prepared.run(weights, state, tensors)
         for path, value in updates.items():
             table, leaf = self._slots[path]
-            table[leaf] = value.detach()
+            # detached only when it carries a graph: a cache written in place comes back as
+            # the stored tensor itself, kept as it is (no new alias each step)
+            table[leaf] = value.detach() if value.requires_grad else value
         return regroup(results, signature.fn.result)  # type: ignore[return-value]
 
     def _get(self, path: str) -> torch.Tensor:
