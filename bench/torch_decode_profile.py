@@ -145,7 +145,8 @@ def inside(args: argparse.Namespace) -> None:
     make = quant_decode.file_module("llama_make_weights", quant_decode.EXAMPLE / "make_weights.py")
     sizes = generics(args.entry, args.layers, None, args.max_seq)
     floats = make.make_weights(sizes, seed=0)
-    folder = Path(tempfile.mkdtemp(prefix="torch-decode-inside-"))
+    scratch = tempfile.TemporaryDirectory(prefix="torch-decode-inside-")
+    folder = Path(scratch.name)  # the quantised checkpoints: removed once the modules load
     prompt = torch.arange(1, 17, dtype=torch.int32).reshape(1, 16).repeat(sizes["Batch"], 1)
     names = ("native_rms_norm", "native_rope", "native_attention", "native_write_span")
     loops = {n: getattr(natives, n) for n in names}
@@ -166,6 +167,7 @@ def inside(args: argparse.Namespace) -> None:
             else:
                 runs[f"{name} apart, aten small ops"] = (module, step, False)
     codegen.JOIN_CALLS = True
+    scratch.cleanup()
     times: dict[str, list[tuple[float, float]]] = {key: [] for key in runs}
     with torch.no_grad():
         for _ in range(args.rounds):
