@@ -11,9 +11,18 @@ The linears run in `linnet.native`'s kernels (not aten ops) and are left out. Th
 times `--variant` (f32 or int4, group 128) decode steps at `--layers` layers, full
 vocabulary, in `--rounds` rounds (median), with `--threads` threads.
 
+`--inside` skips the profile and splits each decode step's time between the native linear
+kernels (`linnet.native`'s ctypes calls, each timed) and the rest, per layer, for each of
+`--variants` (f32, int8, int4), with each change to that rest on and off: the code
+generator's joined linear calls (`linnet.torch.codegen.JOIN_CALLS`; one module each) and the
+C loops for rms_norm, rope, attention and cache writes (`linnet.torch.natives_cpu`), rounds alternated in one process, the median round
+reported.
+
     .venv/bin/python bench/torch_decode_profile.py [--entry decode|decode_slots]
         [--variant f32|int4] [--layers 4] [--threads 1] [--steps 16] [--rounds 3]
         [--max-seq 64]
+    .venv/bin/python bench/torch_decode_profile.py --inside [--variants f32,int8,int4]
+        [--layers 8] [--threads 2] [--steps 16] [--rounds 5] [--entry decode|decode_slots]
 """
 
 from __future__ import annotations
@@ -106,6 +115,94 @@ def timed(args: argparse.Namespace) -> list[float]:
     return rounds
 
 
+def _timed_kernels() -> list[float]:
+    """Wraps every linear of `linnet.native.Kernels` to add its seconds to the returned cell."""
+    from linnet.native.kernels import Kernels
+
+    spent = [0.0]
+    for name in [n for n in vars(Kernels) if "linear" in n and not n.startswith("_")]:
+        original = getattr(Kernels, name)
+
+        def timed_call(self: Any, *args: Any, _original: Any = original, **kw: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return _original(self, *args, **kw)
+            finally:
+                spent[0] += time.perf_counter() - start
+
+        setattr(Kernels, name, timed_call)
+    return spent
+
+
+def inside(args: argparse.Namespace) -> None:
+    """Kernel and outside time per decode step for each change, rounds alternated."""
+    import torch
+
+    import linnet.torch
+    from linnet.torch import codegen, natives
+
+    spent = _timed_kernels()
+    make = quant_decode.file_module("llama_make_weights", quant_decode.EXAMPLE / "make_weights.py")
+    sizes = generics(args.entry, args.layers, None, args.max_seq)
+    floats = make.make_weights(sizes, seed=0)
+    scratch = tempfile.TemporaryDirectory(prefix="torch-decode-inside-")
+    folder = Path(scratch.name)  # the quantised checkpoints: removed once the modules load
+    prompt = torch.arange(1, 17, dtype=torch.int32).reshape(1, 16).repeat(sizes["Batch"], 1)
+    names = ("native_rms_norm", "native_rope", "native_attention", "native_write_span")
+    loops = {n: getattr(natives, n) for n in names}
+    runs: dict[str, Any] = {}
+    for name in args.variants.split(","):
+        source, weights = decode_profile.variant(name, floats, folder, "tinyllama")
+        for joined in (False, True):
+            codegen.JOIN_CALLS = joined
+            module = linnet.torch.load(source, generics=sizes, weights=weights, compile=True)
+            step = step_runner(module, args.entry)
+            with torch.no_grad():  # generate the code now, with JOIN_CALLS as set
+                module.run_entry("prefill", [prompt, 0])
+                step(16, torch.ones(1, dtype=torch.int32))
+            # each change on or off (`aten small ops`: the C loops off)
+            if joined:
+                runs[f"{name} joined, aten small ops"] = (module, step, False)
+                runs[f"{name} joined, C small ops"] = (module, step, True)
+            else:
+                runs[f"{name} apart, aten small ops"] = (module, step, False)
+    codegen.JOIN_CALLS = True
+    scratch.cleanup()
+    times: dict[str, list[tuple[float, float]]] = {key: [] for key in runs}
+    with torch.no_grad():
+        for _ in range(args.rounds):
+            for key, (module, step, norm) in runs.items():
+                for loop, found in loops.items():
+                    setattr(natives, loop, found if norm else lambda *_: None)
+                module.reset_state()
+                logits = module.run_entry("prefill", [prompt, 0])
+                token = logits[:1, -1].argmax(-1).to(torch.int32)
+                spent[0] = 0.0
+                start = time.perf_counter()
+                for position in range(16, 16 + args.steps):
+                    token = step(position, token).argmax(-1).to(torch.int32).reshape(1)
+                wall = (time.perf_counter() - start) / args.steps * 1e3
+                times[key].append((wall, spent[0] / args.steps * 1e3))
+    for loop, found in loops.items():
+        setattr(natives, loop, found)
+    print(
+        f"{args.entry}, {args.layers} layers, {args.threads} thread(s), {args.steps} steps, "
+        f"median of {args.rounds} alternated rounds, load {os.getloadavg()[0]:.2f}, "
+        f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', '-')} "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '-')}"
+    )
+    print("| variant | ms/step | kernels ms | outside ms | outside us/layer |")
+    print("| --- | --- | --- | --- | --- |")
+    for key, rounds in times.items():
+        wall = statistics.median(w for w, _ in rounds)
+        kernel = statistics.median(k for _, k in rounds)
+        outside = statistics.median(w - k for w, k in rounds)
+        print(
+            f"| {key} | {wall:.2f} | {kernel:.2f} | {outside:.2f} | "
+            f"{outside / args.layers * 1e3:.0f} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--entry", choices=["decode", "decode_slots"], default="decode")
@@ -116,10 +213,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-seq", type=int, default=64, help="cache positions (MaxSeq)")
+    parser.add_argument("--inside", action="store_true", help="kernel vs outside time per layer")
+    parser.add_argument("--variants", default="f32,int8,int4", help="with --inside")
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.inside:
+        inside(args)
+        return
     one = profile(args.entry, 1, args.vocab, args.steps, args.max_seq)
     two = profile(args.entry, 2, args.vocab, args.steps, args.max_seq)
     layer = {

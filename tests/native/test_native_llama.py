@@ -106,6 +106,11 @@ def test_int8_activations_decode_as_onnx_runtime_does(tmp_path: Path, bits: int)
     natives_quant._cache.clear()
     tokens, logits = _decode(fast, prompt, 8)
     assert not natives_quant._cache  # the kernels ran, on the packed bytes
+    # generated code joins q/k/v and gate/up into one call, which keeps int8 activations
+    compiled = linnet.torch.load(
+        source, generics=GENERICS, weights=weights, int8_activations=True, compile=True
+    )
+    assert torch.equal(_decode(compiled, prompt, 8)[1], logits)
     peer = onnx.load_model(source, generics=GENERICS, weights=weights, int8_activations=True)
     peer_tokens, peer_logits = _decode_onnx(peer, prompt, 8)
 
@@ -118,3 +123,35 @@ def test_int8_activations_decode_as_onnx_runtime_does(tmp_path: Path, bits: int)
     # half an int8 step per activation (at most 1/254 of its block's largest) compounds over
     # two layers: measured 1.4% of the largest logit off the exact function
     assert 1e-3 * scale < float((logits - exact).abs().max()) < 5e-2 * scale
+
+
+@pytest.mark.parametrize("bits", [32, 8, 4])
+def test_generated_decode_joins_linears_on_one_input_bitwise(
+    tmp_path: Path, bits: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`compile=True`: the code generator joins q/k/v and gate/up (`codegen.join_calls`) into
+    one native call each; the logits of prefill and decode are bitwise those of the code
+    that makes each call alone."""
+    from linnet.torch import codegen
+
+    if native.kernels() is None:
+        pytest.skip(f"no native kernels: {native.status().reason}")
+    floats = llama_example.script("make_weights").make_weights(GENERICS, seed=7)
+    source, weights = EXAMPLE / "src" / "lib.linnet", floats
+    if bits != 32:
+        quantised = llama_example.script("quantised")
+        target = tmp_path / "q.safetensors"
+        quantize_checkpoint(floats, target, patterns=quantised.PATTERNS, bits=bits, group=128)
+        source = tmp_path / "q.linnet"
+        source.write_text(quantised.quantised_source(bits, 128))
+        weights = read_safetensors(target)
+    prompt = torch.from_numpy(np.random.default_rng(8).integers(0, 96, (1, 5)).astype(np.int32))
+    runs = []
+    for joined in (True, False):
+        monkeypatch.setattr(codegen, "JOIN_CALLS", joined)
+        module = linnet.torch.load(source, generics=GENERICS, weights=weights, compile=True)
+        runs.append(_decode(module, prompt, 6))
+        text = module.generated_source("decode")
+        assert (text.count("_many(") == 2 * SIZES["Layers"]) == joined, text
+    assert runs[0][0] == runs[1][0]
+    assert torch.equal(runs[0][1], runs[1][1])

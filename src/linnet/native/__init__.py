@@ -11,6 +11,9 @@ The `_a8` kernels round the activations to int8 per block first and multiply
 integers (`linnet.torch.load(..., int8_activations=True)`; ONNX Runtime's
 `MatMulNBits` at `accuracy_level=4` computes the same function; the block rule
 is `activations.py`).
+Linears that read one x run as one call and one parallel region (`*_many`), and
+a decode step's rms_norm, rope, attention and cache writes have plain C loops
+(`linnet.torch.natives_cpu`), each one ctypes call in place of several aten ops.
 
 `kernels()` gives the library or None; `status()` says which vector path was
 compiled, with how many threads, or why there is no library (no compiler, a

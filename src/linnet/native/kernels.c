@@ -37,6 +37,7 @@
  * 14 GB/s of packed bytes), where llama.cpp's Q4_0 rounds the activations to int8 and uses
  * integer dot products (a different function: the `_a8` kernels' trade, on request).
  */
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -1114,15 +1115,299 @@ static void f32_rows_tiled(const float *x, int64_t m, int64_t in, const float *w
 }
 #endif
 
+/* One piece of output rows: the register tiles from `F32_TILED_FROM` rows of x, else the
+ * row loop (the same sums in the same order either way). */
+static void f32_piece(const float *x, int64_t m, int64_t in, const float *w, const float *bias,
+                      float *y, int64_t out, int64_t o0, int64_t o1) {
+#ifdef VECTOR
+    if (m >= F32_TILED_FROM) {
+        f32_rows_tiled(x, m, in, w, bias, y, out, o0, o1);
+        return;
+    }
+#endif
+    f32_rows(x, m, in, w, bias, y, out, o0, o1);
+}
+
 int linnet_f32_linear(const float *x, int64_t m, int64_t in, const float *w, const float *bias,
                       float *y, int64_t out, int asked) {
     int threads = threads_for(out * in * 4, asked);
+    PIECES(out, 4 * in, threads, f32_piece(x, m, in, w, bias, y, out, o0, o1));
+    return 0;
+}
+
+/* ---- several linears on one x in one parallel region ---------------------------------- */
+
+/* Linears that read the same x (a layer's q, k and v projections; its gate and up) run as
+ * one call: x is prepared once, and their pieces of output rows (each linear's own pieces,
+ * cut as its lone call cuts them) are taken in turn by the threads of one OpenMP parallel
+ * region instead of one region each. Every output row goes through the same row function
+ * with the same arguments as in the lone call, so each y is bitwise what that call gives.
+ *
+ * `members[k]` describes linear k. `out` is an int64 so that the array is six 8-byte
+ * slots per member, which the ctypes binding fills as one int64 array. */
+typedef struct {
+    const void *weight; /* f32 [out, in], int8 [out, in] or int4 nibbles [out, in / 2] */
+    const float *scale; /* int8 [out], int4 [out, in / group]; unused for f32 */
+    const uint8_t *zero; /* int4 [out, in / group]; unused otherwise */
+    const float *bias; /* [out] or NULL */
+    float *y; /* [m, out] */
+    int64_t out;
+} linnet_member;
+
+#define MANY 16 /* most members per call */
+
+/* The first piece of each member (and the total at [count]) for pieces of `piece` rows. */
+static int64_t member_pieces(const linnet_member *members, int64_t count, int64_t piece,
+                             int64_t *first) {
+    int64_t total = 0;
+    for (int64_t k = 0; k < count; k++) {
+        first[k] = total;
+        total += (members[k].out + piece - 1) / piece;
+    }
+    first[count] = total;
+    return total;
+}
+
+static int64_t member_rows(const linnet_member *members, int64_t count) {
+    int64_t rows = 0;
+    for (int64_t k = 0; k < count; k++) rows += members[k].out;
+    return rows;
+}
+
+/* Runs body(mk, o0, o1) over the pieces of every member on `threads` threads. */
+#define MEMBER_PIECES(members, count, row_bytes, threads, body)                            \
+    do {                                                                                   \
+        int64_t piece_ = piece_rows(row_bytes), first_[MANY + 1];                          \
+        int64_t total_ = member_pieces(members, count, piece_, first_);                    \
+        _Pragma("omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)") \
+        for (int64_t p_ = 0; p_ < total_; p_++) {                                          \
+            int64_t k_ = 0;                                                                \
+            while (p_ >= first_[k_ + 1]) k_++;                                             \
+            const linnet_member *mk = &(members)[k_];                                      \
+            int64_t o0 = (p_ - first_[k_]) * piece_;                                       \
+            int64_t o1 = o0 + piece_ < mk->out ? o0 + piece_ : mk->out;                    \
+            body;                                                                          \
+        }                                                                                  \
+    } while (0)
+
+int linnet_int8_linear_many(const float *x, int64_t m, int64_t in, const linnet_member *members,
+                            int64_t count, int asked) {
+    if (count < 1 || count > MANY) return 1;
+    int threads = threads_for(member_rows(members, count) * in, asked);
+    MEMBER_PIECES(members, count, in, threads,
+                  int8_rows(x, m, in, (const int8_t *)mk->weight, mk->scale, mk->bias, mk->y,
+                            mk->out, o0, o1));
+    return 0;
+}
+
+int linnet_f32_linear_many(const float *x, int64_t m, int64_t in, const linnet_member *members,
+                           int64_t count, int asked) {
+    if (count < 1 || count > MANY) return 1;
+    int threads = threads_for(member_rows(members, count) * in * 4, asked);
+    MEMBER_PIECES(members, count, 4 * in, threads,
+                  f32_piece(x, m, in, (const float *)mk->weight, mk->bias, mk->y, mk->out, o0,
+                            o1));
+    return 0;
+}
+
+int linnet_int4_linear_many(const float *x, int64_t m, int64_t in, int64_t group,
+                            const linnet_member *members, int64_t count, int asked) {
+    if (count < 1 || count > MANY) return 1;
+    if (group <= 0 || group % 2 != 0 || in % group != 0) return 1;
+    int64_t half = in / 2, groups = in / group;
+    float *buffer = (float *)malloc(sizeof(float) * (size_t)(m * (2 * half + groups)));
+    if (buffer == NULL) return 2;
+    float *even = buffer, *odd = buffer + m * half, *sums = buffer + 2 * m * half;
+    split_rows(x, m, in, group, even, odd, sums);
+    int wide = 0;
+    (void)wide;
+#if defined(LINNET_AVX512)
+    wide = group % 128 == 0;
+    if (wide) permute_chunks(x, m, in, even);
+#endif
+    int threads = threads_for(member_rows(members, count) * half, asked);
+#if defined(LINNET_AVX512)
+    if (wide)
+        MEMBER_PIECES(members, count, half, threads,
+                      int4_rows_wide(even, sums, m, in, (const uint8_t *)mk->weight, mk->scale,
+                                     mk->zero, group, mk->bias, mk->y, mk->out, o0, o1));
+    else
+#endif
+        MEMBER_PIECES(members, count, half, threads,
+                      int4_rows(even, odd, sums, m, in, (const uint8_t *)mk->weight, mk->scale,
+                                mk->zero, group, mk->bias, mk->y, mk->out, o0, o1));
+    free(buffer);
+    return 0;
+}
+
+/* ---- rms_norm ------------------------------------------------------------------------- */
+
+/* `std.nn.norm::rms_norm` in f32 (stdlib.md 6) for each of `rows` rows of `h` values:
+ *   ms = sum_i x_i^2 / h,   n_i = x_i * (1 / sqrt(ms + eps)),   y_i = n_i * w_i
+ * the sum of squares in f32 lanes (another order than aten's: within f32 rounding), the
+ * weight multiplied after the normalised value is rounded, as the spec orders. A decode
+ * step's one row costs about a microsecond here against 10-20 for the aten ops, on the
+ * calling thread (no parallel region: a few rows are not worth waking threads for). */
+int linnet_rms_norm(const float *x, int64_t rows, int64_t h, const float *w, float eps,
+                    float *y) {
+    if (h <= 0) return 1;
+    for (int64_t b = 0; b < rows; b++) {
+        const float *xb = x + b * h;
+        float *yb = y + b * h;
+        float sum = 0.0f;
+        int64_t i = 0;
 #ifdef VECTOR
-    if (m >= F32_TILED_FROM) {
-        PIECES(out, 4 * in, threads, f32_rows_tiled(x, m, in, w, bias, y, out, o0, o1));
-        return 0;
+        vf acc[4] = {vzero(), vzero(), vzero(), vzero()};
+        for (; i + 64 <= h; i += 64)
+            for (int r = 0; r < 4; r++) {
+                vf v = vload(xb + i + 16 * r);
+                acc[r] = vfma(v, v, acc[r]);
+            }
+        for (; i + 16 <= h; i += 16) {
+            vf v = vload(xb + i);
+            acc[0] = vfma(v, v, acc[0]);
+        }
+        sum = vsum(vadd(vadd(acc[0], acc[1]), vadd(acc[2], acc[3])));
+#endif
+        for (; i < h; i++) sum += xb[i] * xb[i];
+        float scale = 1.0f / sqrtf(sum / (float)h + eps);
+        for (i = 0; i < h; i++) {
+            float n = xb[i] * scale; /* rounded to f32 before the weight, as cast<T>(n) */
+            yb[i] = n * w[i];
+        }
+    }
+    return 0;
+}
+
+/* ---- rope ----------------------------------------------------------------------------- */
+
+/* `std.nn.rope::rope` on `x[rows, positions, d]` with tables `cos, sin [positions, d]`:
+ *   y_i = x_i cos_i + r_i sin'_i,   r = concat(x2, x1),   sin' = concat(-sin1, sin2)
+ * each product and the sum rounded to f32 in that order (no contraction under -std=c11),
+ * which is `natives.rope`'s aten form bit for bit (stdlib.md 7: `x * cos + rotate_half(x) *
+ * sin`, the sign moved from one factor to the other). One pass on the calling thread. */
+int linnet_rope(const float *x, int64_t rows, int64_t positions, int64_t d, const float *cos,
+                const float *sin, float *y) {
+    if (d <= 0 || d % 2 != 0) return 1;
+    int64_t half = d / 2;
+    for (int64_t b = 0; b < rows; b++)
+        for (int64_t s = 0; s < positions; s++) {
+            const float *xr = x + (b * positions + s) * d, *c = cos + s * d, *n = sin + s * d;
+            float *yr = y + (b * positions + s) * d;
+            for (int64_t i = 0; i < half; i++) {
+                float a = xr[i] * c[i], r = xr[i + half] * -n[i];
+                yr[i] = a + r;
+            }
+            for (int64_t i = half; i < d; i++) {
+                float a = xr[i] * c[i], r = xr[i - half] * n[i];
+                yr[i] = a + r;
+            }
+        }
+    return 0;
+}
+
+/* ---- attention of a few query rows ---------------------------------------------------- */
+
+/* `std.nn.attention::attention` / `grouped_attention` for q [batch, heads, queries, d] and
+ * keys, values [batch, kv_heads, keys, d] (query head h reads key/value head
+ * h / (heads / kv_heads)), all contiguous f32, under a boolean mask [queries, keys] (NULL:
+ * none):
+ *   s_j = (q . k_j) * scale over the kept keys,  p_j = exp(s_j - max s) / sum exp(s - max s),
+ *   y = sum_j p_j v_j;  a row that keeps no key gets the mean of all the values,
+ * as the canonical body's -1e30 scores give (stdlib.md 9). The masked keys are skipped, as
+ * SDPA's -inf scores skip them. Within f32 reordering of the body (expf for exp). On the
+ * calling thread: a decode step's few rows are not worth a parallel region. */
+#if defined(LINNET_AVX512)
+static inline void vstore(float *p, vf a) { _mm512_storeu_ps(p, a); }
+#elif defined(LINNET_AVX2)
+static inline void vstore(float *p, vf a) {
+    _mm256_storeu_ps(p, a.a);
+    _mm256_storeu_ps(p + 8, a.b);
+}
+#endif
+
+/* y += e * v over d values (vector lanes where they fit, in the same per-value order). */
+static inline void add_scaled(float *y, float e, const float *v, int64_t d) {
+    int64_t i = 0;
+#ifdef VECTOR
+    vf s = vset1(e);
+    for (; i + 16 <= d; i += 16) {
+        vf p = vload(v + i);
+#if defined(LINNET_AVX512)
+        vstore(y + i, _mm512_add_ps(vload(y + i), _mm512_mul_ps(s, p)));
+#else
+        vf m = {_mm256_mul_ps(s.a, p.a), _mm256_mul_ps(s.b, p.b)};
+        vstore(y + i, vadd(vload(y + i), m));
+#endif
     }
 #endif
-    PIECES(out, 4 * in, threads, f32_rows(x, m, in, w, bias, y, out, o0, o1));
+    for (; i < d; i++) y[i] += e * v[i];
+}
+
+int linnet_attention(const float *q, const float *k, const float *v, const uint8_t *mask,
+                     int64_t batch, int64_t heads, int64_t kv_heads, int64_t queries,
+                     int64_t keys, int64_t d, float scale, float *y) {
+    if (kv_heads <= 0 || heads % kv_heads != 0 || d <= 0) return 1;
+    float *weights = (float *)malloc(sizeof(float) * (size_t)(keys > 0 ? keys : 1));
+    if (weights == NULL) return 2;
+    int64_t group = heads / kv_heads;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t h = 0; h < heads; h++) {
+            const float *kh = k + (b * kv_heads + h / group) * keys * d;
+            const float *vh = v + (b * kv_heads + h / group) * keys * d;
+            for (int64_t r = 0; r < queries; r++) {
+                const float *qr = q + ((b * heads + h) * queries + r) * d;
+                float *yr = y + ((b * heads + h) * queries + r) * d;
+                const uint8_t *kept = mask ? mask + r * keys : NULL;
+                float top = -INFINITY;
+                int64_t count = 0;
+                for (int64_t j = 0; j < keys; j++) {
+                    if (kept && !kept[j]) continue;
+                    const float *kj = kh + j * d;
+                    float dot = 0.0f;
+                    int64_t i = 0;
+#ifdef VECTOR
+                    vf acc = vzero();
+                    for (; i + 16 <= d; i += 16) acc = vfma(vload(qr + i), vload(kj + i), acc);
+                    dot = vsum(acc);
+#endif
+                    for (; i < d; i++) dot += qr[i] * kj[i];
+                    float s = dot * scale;
+                    weights[j] = s;
+                    top = s > top ? s : top;
+                    count++;
+                }
+                for (int64_t i = 0; i < d; i++) yr[i] = 0.0f;
+                if (count == 0) { /* no key kept: the mean of all the values */
+                    for (int64_t j = 0; j < keys; j++) add_scaled(yr, 1.0f, vh + j * d, d);
+                    for (int64_t i = 0; i < d; i++) yr[i] /= (float)keys;
+                    continue;
+                }
+                float total = 0.0f;
+                for (int64_t j = 0; j < keys; j++) {
+                    if (kept && !kept[j]) continue;
+                    float e = expf(weights[j] - top);
+                    total += e;
+                    add_scaled(yr, e, vh + j * d, d);
+                }
+                for (int64_t i = 0; i < d; i++) yr[i] /= total;
+            }
+        }
+    free(weights);
+    return 0;
+}
+
+/* ---- cache span writes ---------------------------------------------------------------- */
+
+/* `std.nn.cache::write_span` into the cache itself: for each of `rows` (batch x heads) rows,
+ * positions [low, high) of `cache[rows, size, width]` take positions [low - start, high -
+ * start) of `value[rows, count, width]`, `width` bytes a position: a copy, the same bytes. */
+int linnet_write_span(uint8_t *cache, const uint8_t *value, int64_t rows, int64_t size,
+                      int64_t count, int64_t width, int64_t low, int64_t high, int64_t start) {
+    if (low < 0 || high > size || low >= high || low - start < 0 || high - start > count)
+        return 1;
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(cache + (r * size + low) * width, value + (r * count + low - start) * width,
+               (size_t)((high - low) * width));
     return 0;
 }

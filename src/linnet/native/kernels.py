@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from linnet.native.build import VARIANTS, BuildFailed, build
@@ -68,6 +69,27 @@ class Kernels:
         self.a8_path = str(a8_path().decode())
         """The int8-activation kernels' path: `avx512-vnni`, `avx2`, or `plain` (C on the same
         integers)."""
+        self._int8_many = lib.linnet_int8_linear_many
+        self._int8_many.argtypes = [_P, _I, _I, _P, _I, ctypes.c_int]
+        self._int8_many.restype = ctypes.c_int
+        self._int4_many = lib.linnet_int4_linear_many
+        self._int4_many.argtypes = [_P, _I, _I, _I, _P, _I, ctypes.c_int]
+        self._int4_many.restype = ctypes.c_int
+        self._f32_many = lib.linnet_f32_linear_many
+        self._f32_many.argtypes = [_P, _I, _I, _P, _I, ctypes.c_int]
+        self._f32_many.restype = ctypes.c_int
+        self._rms_norm = lib.linnet_rms_norm
+        self._rms_norm.argtypes = [_P, _I, _I, _P, ctypes.c_float, _P]
+        self._rms_norm.restype = ctypes.c_int
+        self._rope = lib.linnet_rope
+        self._rope.argtypes = [_P, _I, _I, _I, _P, _P, _P]
+        self._rope.restype = ctypes.c_int
+        self._attention = lib.linnet_attention
+        self._attention.argtypes = [_P, _P, _P, _P, _I, _I, _I, _I, _I, _I, ctypes.c_float, _P]
+        self._attention.restype = ctypes.c_int
+        self._write_span = lib.linnet_write_span
+        self._write_span.argtypes = [_P, _P, _I, _I, _I, _I, _I, _I, _I]
+        self._write_span.restype = ctypes.c_int
         path = lib.linnet_native_path
         path.restype = ctypes.c_char_p
         self.path = str(path().decode())
@@ -171,6 +193,86 @@ class Kernels:
     ) -> None:
         """`y[rows, out] = x[rows, into] @ w[out, into]^T (+ bias)`."""
         self._f32(x, rows, into, w, bias, y, out, threads)
+
+    def int8_linear_many(
+        self, x: int, rows: int, into: int, members: Sequence[Member], threads: int = 0
+    ) -> None:
+        """`int8_linear` for each member (`q`, `scale`, bias or None, y, out) on the one `x`,
+        in one parallel region; each y bitwise as its own `int8_linear` call gives."""
+        table = _members(members)
+        self._check(self._int8_many(x, rows, into, table, len(members), threads), into, 0)
+
+    def int4_linear_many(
+        self, x: int, rows: int, into: int, group: int, members: Sequence[Member],
+        threads: int = 0,
+    ) -> None:  # fmt: skip
+        """`int4_linear` for each member (`packed`, `scale`, `zero`, bias or None, y, out), all
+        with groups of `group`, on the one `x`, in one parallel region (bitwise as alone)."""
+        code = self._int4_many(x, rows, into, group, _members(members), len(members), threads)
+        self._check(code, into, group)
+
+    def f32_linear_many(
+        self, x: int, rows: int, into: int, members: Sequence[Member], threads: int = 0
+    ) -> None:
+        """`f32_linear` for each member (`w`, 0, 0, bias or None, y, out) on the one `x`, in
+        one parallel region (bitwise as alone)."""
+        table = _members(members)
+        self._check(self._f32_many(x, rows, into, table, len(members), threads), into, 0)
+
+    def rms_norm(self, x: int, rows: int, h: int, weight: int, eps: float, y: int) -> None:
+        """`std.nn.norm::rms_norm` in f32 on `x[rows, h]`, `weight[h]` into `y[rows, h]`."""
+        if self._rms_norm(x, rows, h, weight, eps, y) != 0:
+            raise ValueError(f"linnet.native: rms_norm over {h} values")
+
+    def rope(self, x: int, rows: int, positions: int, d: int, cos: int, sin: int, y: int) -> None:
+        """`std.nn.rope::rope` on `x[rows, positions, d]`, tables `[positions, d]`, into `y`."""
+        if self._rope(x, rows, positions, d, cos, sin, y) != 0:
+            raise ValueError(f"linnet.native: rope over {d} values (must be even)")
+
+    def attention(
+        self, q: int, k: int, v: int, mask: int | None, batch: int, heads: int, kv_heads: int,
+        queries: int, keys: int, d: int, scale: float, y: int,
+    ) -> None:  # fmt: skip
+        """`std.nn.attention::grouped_attention` on q `[batch, heads, queries, d]`, k and v
+        `[batch, kv_heads, keys, d]`, a boolean mask `[queries, keys]` (None: none), into y."""
+        code = self._attention(q, k, v, mask, batch, heads, kv_heads, queries, keys, d, scale, y)
+        if code == 2:
+            raise MemoryError("linnet.native: no memory for the attention weights")
+        if code != 0:
+            raise ValueError(f"linnet.native: {heads} heads over {kv_heads} key/value heads")
+
+    def write_span(
+        self, cache: int, value: int, rows: int, size: int, count: int, width: int, low: int,
+        high: int, start: int,
+    ) -> None:  # fmt: skip
+        """Positions `[low, high)` of each row of `cache[rows, size]` take positions `[low -
+        start, high - start)` of `value[rows, count]`, `width` bytes a position."""
+        if self._write_span(cache, value, rows, size, count, width, low, high, start) != 0:
+            raise ValueError(f"linnet.native: positions {low}..{high} from {start}")
+
+    @staticmethod
+    def _check(code: int, into: int, group: int) -> None:
+        if code == 2:
+            raise MemoryError("linnet.native: no memory for the rows of x")
+        if code != 0:
+            raise ValueError(
+                f"linnet.native: 1 to {MANY} members, and a group ({group}) that divides "
+                f"{into} and is even"
+            )
+
+
+MANY = 16
+"""Most members of one `*_many` call (`MANY` in kernels.c)."""
+
+Member = tuple[int, int, int, int | None, int, int]
+"""Addresses of one linear of a `*_many` call: weight, scale (0 for f32), zero points (0 but
+for int4), bias (None: none), y; then its output rows."""
+
+
+def _members(members: Sequence[Member]) -> ctypes.Array[ctypes.c_int64]:
+    """The C `linnet_member` array: six 8-byte slots per member, addresses and `out`."""
+    slots = [0 if a is None else a for member in members for a in member]
+    return (ctypes.c_int64 * len(slots))(*slots)
 
 
 def _check(code: int, shape: str) -> None:

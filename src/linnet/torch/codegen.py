@@ -18,7 +18,11 @@ very kernel object the interpreted runner uses, bound as a global `_k<n>`, so
 the two paths share one semantics. Constants that are not inlined as Python
 literals are globals `_c<n>` (iotas `_iota<n>`). `call` ops of known
 standard-library ops become native kernels (`linnet.torch.natives`); the
-others are inlined with a comment naming the op. `while`, `for` and `if` become
+others are inlined with a comment naming the op. Native linears that read the
+same `x` (a layer's q, k and v; its gate and up) are joined into one call of
+their `Native.many` function (`join_calls`), which runs them as one native call
+with one OpenMP parallel region: measured in a TinyLlama-shaped int4 decode
+step that saves per layer three wrapper calls and three thread wake-ups. `while`, `for` and `if` become
 Python loops and branches (a scan stacks its rows with `torch.stack`). Each intermediate is deleted after its last use
 (`del`), as eager code drops it, so the allocator can reuse its memory.
 `linnet.torch.standalone` writes the same source as a self-contained module
@@ -38,6 +42,7 @@ import torch.nn.functional as F
 from linnet.ir.core import Function, Op, Region, Value
 from linnet.ir.pynames import Namer
 from linnet.ir.regions import clause_region, region_free_values
+from linnet.native.kernels import MANY
 from linnet.records import record
 from linnet.torch import clauses as clauses_module
 from linnet.torch import natives as natives_module
@@ -147,6 +152,9 @@ class _Emitter:
         self.lines: list[str] = []
         self.depth = 1
         self.spans: list[tuple[Op, int, int]] | None = None  # top-level ops and their lines
+        self.joined: dict[int, list[Op]] = {}
+        """Top-level native calls on one `x` made as one `many` call (`join_calls`): the
+        members by the id of the first; the others are written there, not in their place."""
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -187,9 +195,15 @@ class _Emitter:
                 continue
             record = self.spans is not None and self.depth == 1 and not self._inlined(op)
             start = len(self.lines)
-            self.op(op)
+            members = self.joined.get(id(op)) if self.depth == 1 else None
+            if members is None:
+                self.op(op)
+            else:
+                self.emit_joined(members)
             if record and self.spans is not None:
-                self.spans.append((op, start, len(self.lines)))
+                # each member's results are made, and its operands read, on these lines
+                for member in members or (op,):
+                    self.spans.append((member, start, len(self.lines)))
 
     def _inlined(self, op: Op) -> bool:
         """Whether `op` is a call whose body is written out in place (no native kernel)."""
@@ -520,6 +534,21 @@ class _Emitter:
             else:
                 self.name.names[result] = self.name(value)
 
+    def emit_joined(self, members: Sequence[Op]) -> None:
+        """Native calls on one `x` as one call of their `Native.many` function."""
+        native = find_native(members[0], self.context)
+        assert native is not None and native.many
+        x = self.name(members[0].operands[0])
+        parts = []
+        for op in members:
+            rest = [self.name(v) for v in op.operands[1:]]
+            rest += ["None"] * (native.arity - len(rest))
+            parts.append(f"({', '.join(rest)})")
+        targets = ", ".join(self.name(op.results[0]) for op in members)
+        callees = ", ".join(sorted({str(op.attrs["callee"]) for op in members}))
+        expression = f"natives.{native.many}({x}, {', '.join(parts)})"
+        self.line(f"{targets} = {expression}  # {callees} x{len(members)} (native)")
+
     def emit_clause_call(self, op: Op, callee: str, native: Native | None = None) -> None:
         """An op with a gradient clause: its body (or `native`, the op's kernel launch)
         and clause as local functions, applied through `clauses.apply` (one
@@ -615,6 +644,41 @@ def donated_states(fn: Function) -> frozenset[Value]:
     )
 
 
+JOIN_CALLS = True
+"""Whether `generate` joins native calls on one `x` (`join_calls`); benchmarks turn it off to
+compare (bench/torch_decode_profile.py --inside)."""
+
+
+def join_calls(ops: Sequence[Op], context: Context, skip: set[int]) -> dict[int, list[Op]]:
+    """Top-level native calls that may run as one call on their shared first operand: same
+    `Native.many`, the same `x` value, each later member's other operands made before the
+    first member (so the joined call can stand in the first one's place). By the id of the
+    first member, groups of 2 to `natives_quant.MANY` members in program order."""
+    made: dict[Value, int] = {}
+    open_groups: dict[tuple[str, Value], list[Op]] = {}
+    first_at: dict[int, int] = {}
+    found: list[list[Op]] = []
+    for index, op in enumerate(ops):
+        for value in op.results:
+            made[value] = index
+        if op.kind != "call" or id(op) in skip or clause_region(op) is not None:
+            continue
+        native = find_native(op, context)
+        if native is None or not native.many or len(op.results) != 1:
+            continue
+        key = (native.many, op.operands[0])
+        group = open_groups.get(key)
+        if group is not None and len(group) < MANY:
+            start = first_at[id(group[0])]
+            if all(made.get(v, -1) < start for v in op.operands[1:]):
+                group.append(op)
+                continue
+        open_groups[key] = [op]
+        first_at[id(op)] = index
+        found.append(open_groups[key])
+    return {id(group[0]): group for group in found if len(group) > 1}
+
+
 def generate(
     fn: Function, device: torch.device, *, hoist_weights: bool, natives: bool = True
 ) -> Generated:
@@ -670,6 +734,9 @@ def generate(
         unused_read = op.kind in ("param", "buffer") and op.results[0] not in needed_by_main
         if op.kind in ("const", "iota") or unused_read:
             skip.add(id(op))
+    if natives and JOIN_CALLS:
+        main.joined = join_calls(fn.body.ops, context, skip)
+        skip |= {id(op) for group in main.joined.values() for op in group[1:]}
     main.spans = []
     main.region(fn.body, skip)
     main.release_dead({namer(v) for v in (*fn.results, *fn.state_updates.values())})

@@ -14,7 +14,7 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | callee | native |
 | --- | --- |
 | `std.nn.linear::linear` | `F.linear`; on the CPU in f32/bf16 without autograd, oneDNN's linear (`linear_cpu`), or for f32 with up to 4 rows `linnet.native`'s f32 kernel |
-| `std.nn.norm::rms_norm` | `F.rms_norm` on f32, cast to `T`, times the weight (the spec's order) |
+| `std.nn.norm::rms_norm` | `F.rms_norm` on f32, cast to `T`, times the weight (the spec's order); f32 rows of a decode step (up to 32, CPU, no autograd) in one call of `linnet.native`'s C loop |
 | `std.nn.softmax::softmax` | `torch.softmax` on f32, cast to `T` |
 | `std.nn.activations::silu`, `sigmoid` | `F.silu`, `torch.sigmoid` |
 | `std.nn.activations::gelu_erf` | `0.5 x erfc(-x / sqrt 2)` in f32 (native erfc), cast to `T` |
@@ -22,13 +22,13 @@ operand has the expected type and the attributes it needs (an `eps`, a
 | `std.nn.norm::layer_norm` | `F.layer_norm` on f32 (no affine), cast to `T`, times the weight, plus the bias |
 | `std.nn.norm::batch_norm` | `F.batch_norm(training=False)` on f32, cast to `T` |
 | `std.nn.norm::group_norm` | `F.group_norm` on f32 (no affine), cast to `T`, then the per-channel affine in `T` |
-| `std.nn.rope::rope` | `x * cos + roll(x) * sin'` (`sin'`: the sin table's first half negated, made once per table) |
-| `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 (a boolean mask turned additive once per mask) |
+| `std.nn.rope::rope` | `x * cos + roll(x) * sin'` (`sin'`: the sin table's first half negated, made once per table); a decode step's contiguous f32 rows in one C pass of `linnet.native` (the same bits) |
+| `std.nn.attention::attention`, `grouped_attention` | `F.scaled_dot_product_attention` on f32 (a boolean mask turned additive once per mask); a decode step's f32 rows (not causal, up to 32768 scores) in one C loop of `linnet.native` (`natives_cpu`) |
 | `std.quant::linear_int8`, `linear_int4_groups` | on the CPU in f32 without autograd, up to 32 rows: `linnet.native`'s kernels on the packed bytes (batch-1 decoding reads 1 or 0.54 byte a weight, not 4); with `int8_activations`, x rounded to int8 per block and integer products (another function, `natives_quant`); otherwise the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.quant::linear_fp8`, `linear_mxfp4` | the weight dequantised once (as the body does), then `F.linear` (`natives_quant`) |
 | `std.nn.loss::linear_token_log_probs`, `linear_cross_entropy` | row blocks that never hold the `[N, V]` logits (`linnet.torch.chunked_loss`) |
 | `std.nn.cache::write_at` | `index_copy` of the one row (out of place) |
-| `std.nn.cache::write_span` at a constant position, or any on the CPU | the cache slices and the span, concatenated (the position read on the host) |
+| `std.nn.cache::write_span` at a constant position, or any on the CPU | the cache slices and the span, concatenated (the position read on the host); into a donated cache, a slice assignment (one C loop of `memcpy`s for a decode step's contiguous CPU tensors) |
 | `std.nn.cache::write_rows` | one copy of the cache, each row's position assigned by index |
 | `std.nn.cache::write_slots` at a constant position | one copy of the cache, the listed rows assigned by index |
 | `std.nn.parallel::{all_reduce, all_gather, shared}`, when a tensor-parallel load marked them | collectives over the ranks (`linnet.torch.parallel`) |
@@ -73,12 +73,21 @@ from linnet.ir.core import FLOAT_DTYPES, Op, TensorType
 from linnet.records import record
 from linnet.torch import chunked_loss
 from linnet.torch.dtypes import storage
+from linnet.torch.natives_cpu import (
+    native_attention,
+    native_rms_norm,
+    native_rope,
+    native_write_span,
+)
 from linnet.torch.natives_quant import (
     linear_fp8,
     linear_int4_groups,
+    linear_int4_groups_many,
     linear_int8,
+    linear_int8_many,
     linear_mxfp4,
     native_linear_f32,
+    native_linear_f32_many,
 )
 from linnet.torch.ops import Context, Kernel
 
@@ -106,6 +115,12 @@ class Native:
     callee: str
     kernel: Kernel
     source: Callable[[Sequence[str]], str]
+    many: str = ""
+    """The function of this module that runs several such calls on one `x`, or "": called as
+    `natives.<many>(x, (operands but x, bias or None), ...)`, it returns their results in
+    order (`linnet.torch.codegen` joins calls on one `x` into one such call)."""
+    arity: int = 0
+    """With `many`: the operands of a member but `x`, bias included (None when absent)."""
 
 
 Finder = Callable[[Op, Context], Native | None]
@@ -148,7 +163,11 @@ def find_linear(op: Op, context: Context) -> Native | None:
         )
     if context.device.type == "cpu" and x.dtype in ONEDNN_DTYPES and onednn_linear_available():
         return Native(
-            "std.nn.linear::linear", linear_cpu, lambda a: f"natives.linear_cpu({', '.join(a)})"
+            "std.nn.linear::linear",
+            linear_cpu,
+            lambda a: f"natives.linear_cpu({', '.join(a)})",
+            many="linear_cpu_many",
+            arity=2,
         )
     return Native("std.nn.linear::linear", F.linear, lambda a: f"F.linear({', '.join(a)})")
 
@@ -197,6 +216,18 @@ def linear_cpu(
     return result
 
 
+def linear_cpu_many(
+    x: torch.Tensor, *members: tuple[torch.Tensor, torch.Tensor | None]
+) -> tuple[torch.Tensor, ...]:
+    """`linear_cpu(x, *member)` for each member: one native call for all of them where each
+    would take `linnet.native`'s f32 kernel alone (bitwise the same results)."""
+    if not torch.is_grad_enabled() and type(x) is torch.Tensor:
+        rows = native_linear_f32_many(x, members)
+        if rows is not None:
+            return rows
+    return tuple(linear_cpu(x, *member) for member in members)
+
+
 def _linear_vector(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -206,16 +237,27 @@ def _linear_vector(
 linear_vector = _linear_vector
 
 
-def _find_quantised_linear(callee: str, kernel: Kernel, operands: tuple[int, int]) -> Finder:
+MANY_QUANTISED = {"linear_int8_many": linear_int8_many,
+                  "linear_int4_groups_many": linear_int4_groups_many}  # fmt: skip
+"""The `Native.many` functions of the quantised linears, which generated code calls as
+`natives.<name>` (bound here from `natives_quant`)."""
+
+
+def _find_quantised_linear(
+    callee: str, kernel: Kernel, operands: tuple[int, int], many: str = ""
+) -> Finder:
     """`std.quant` linears (`natives_quant`): a float `x` and `operands` operand counts
-    (without and with the bias)."""
+    (without and with the bias); `many` as `Native.many`."""
     name = callee.split("::")[1]
+
+    assert not many or many in MANY_QUANTISED
 
     def find(op: Op, context: Context) -> Native | None:
         x = op.operands[0].type
         if len(op.operands) not in operands or x.dtype not in FLOAT_DTYPES or x.rank < 1:
             return None
-        return Native(callee, kernel, lambda a: f"natives.{name}({', '.join(a)})")
+        spell = lambda a: f"natives.{name}({', '.join(a)})"  # noqa: E731
+        return Native(callee, kernel, spell, many=many, arity=operands[1] - 1)
 
     return find
 
@@ -224,7 +266,12 @@ def _find_quantised_linear(callee: str, kernel: Kernel, operands: tuple[int, int
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
-    """stdlib.md 6: normalise in f32, cast to `T`, then multiply by the weight."""
+    """stdlib.md 6: normalise in f32, cast to `T`, then multiply by the weight. f32 rows of a
+    decode step run on `linnet.native`'s kernel (`native_rms_norm`)."""
+    if dtype is torch.float32:
+        normed = native_rms_norm(x, weight, eps)
+        if normed is not None:
+            return normed
     normed = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=eps)
     return normed.to(dtype) * weight
 
@@ -481,6 +528,9 @@ def rope(x: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor) -> t
     `sin'` is made once per table (`Derived`: a decode step's layers share it), so a
     call is four kernels instead of seven.
     """
+    native = native_rope(x, cos_table, sin_table)  # decode rows: the same in one C pass
+    if native is not None:
+        return native
     rolled = torch.roll(x, x.shape[-1] // 2, -1)
     return x * cos_table + rolled * signed_sin(sin_table)
 
@@ -521,6 +571,10 @@ def attention(
     body's -1e30 scores give.
     """
     f32 = torch.float32
+    if dtype is f32:  # a decode step's few rows: one C loop (`natives_cpu`)
+        native = native_attention(query, key, value, scale, mask, causal)
+        if native is not None:
+            return native
     q = query if query.dtype == f32 else query.to(f32)
     k = key if key.dtype == f32 else key.to(f32)
     v = value if value.dtype == f32 else value.to(f32)
@@ -914,7 +968,7 @@ def write_span_in_place(cache: torch.Tensor, value: torch.Tensor, start: int) ->
         return write_span(cache, value, start)
     size, count = cache.shape[2], value.shape[2]
     low, high = max(start, 0), min(start + count, size)
-    if low < high:
+    if low < high and not native_write_span(cache, value, low, high, start):
         cache[:, :, low:high] = value[:, :, low - start : high - start]
     return cache
 
@@ -991,9 +1045,11 @@ FINDERS: dict[str, Finder] = {
     "std.nn.attention::grouped_attention": find_attention,
     "std.nn.cache::write_at": find_write_at,
     "std.nn.cache::write_span": find_write_span,
-    "std.quant::linear_int8": _find_quantised_linear("std.quant::linear_int8", linear_int8, (3, 4)),
+    "std.quant::linear_int8": _find_quantised_linear(
+        "std.quant::linear_int8", linear_int8, (3, 4), "linear_int8_many"
+    ),
     "std.quant::linear_int4_groups": _find_quantised_linear(
-        "std.quant::linear_int4_groups", linear_int4_groups, (4, 5)
+        "std.quant::linear_int4_groups", linear_int4_groups, (4, 5), "linear_int4_groups_many"
     ),
     "std.quant::linear_fp8": _find_quantised_linear("std.quant::linear_fp8", linear_fp8, (3, 4)),
     "std.quant::linear_mxfp4": _find_quantised_linear(

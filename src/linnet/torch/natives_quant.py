@@ -51,6 +51,7 @@ import torch.nn.functional as F
 
 from linnet.native import Kernels, kernels
 from linnet.native.activations import int8_block
+from linnet.native.kernels import MANY
 
 NATIVE_ROWS = 32
 """Most rows of `x` (the product of its leading dimensions) run by `linnet.native`.
@@ -239,6 +240,113 @@ def linear_int4_groups(
         return y
     make = lambda: dequantize_int4_groups(packed, scale, zero, x.dtype)  # noqa: E731
     return F.linear(x, _cached(packed, (scale, zero), make), bias)
+
+
+# -- linears sharing one x -------------------------------------------------------------------
+#
+# A layer's q, k and v projections (and its gate and up) read the same x. The code
+# generator joins such calls into one `*_many` call (`linnet.torch.codegen`), which runs them
+# as one native call and one OpenMP parallel region (`kernels.c`: each result bitwise as its
+# own call gives) when every member would take the native kernel alone; otherwise it makes
+# the members' own calls, one after another.
+
+Int8Member = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
+Int4Member = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]
+F32Member = tuple[torch.Tensor, torch.Tensor | None]
+
+
+def _results(x: torch.Tensor, outs: list[int]) -> list[torch.Tensor]:
+    lead = x.shape[:-1]
+    return [torch.empty((*lead, out), dtype=torch.float32) for out in outs]
+
+
+def linear_int8_many(x: torch.Tensor, *members: Int8Member) -> tuple[torch.Tensor, ...]:
+    """`linear_int8(x, *member)` for each member (one call each with `int8_activations`,
+    whose kernels round x per call)."""
+    native = None if INT8_ACTIVATIONS.get() else _many_kernels(x, members)
+    if native is not None and all(
+        q.dtype is torch.int8
+        and scale.dtype is torch.float32
+        and (bias is None or bias.dtype is torch.float32)
+        and q.is_contiguous()
+        and scale.is_contiguous()
+        and (bias is None or bias.is_contiguous())
+        for q, scale, bias in members
+    ):
+        x = x.contiguous()
+        ys = _results(x, [q.shape[0] for q, _, _ in members])
+        native.int8_linear_many(
+            x.data_ptr(), x.numel() // x.shape[-1], x.shape[-1],
+            [(q.data_ptr(), s.data_ptr(), 0, _address(b), y.data_ptr(), y.shape[-1])
+             for (q, s, b), y in zip(members, ys, strict=True)],
+            torch.get_num_threads(),
+        )  # fmt: skip
+        return tuple(ys)
+    return tuple(linear_int8(x, *member) for member in members)
+
+
+def linear_int4_groups_many(x: torch.Tensor, *members: Int4Member) -> tuple[torch.Tensor, ...]:
+    """`linear_int4_groups(x, *member)` for each member (one call each with `int8_activations`,
+    whose kernels round x per call)."""
+    native = None if INT8_ACTIVATIONS.get() else _many_kernels(x, members)
+    half = members[0][0].shape[-1]
+    if native is not None and all(
+        packed.dtype is torch.uint8
+        and zero.dtype is torch.uint8
+        and scale.dtype is torch.float32
+        and (bias is None or bias.dtype is torch.float32)
+        and packed.shape[-1] == half
+        and packed.is_contiguous()
+        and scale.is_contiguous()
+        and zero.is_contiguous()
+        and (bias is None or bias.is_contiguous())
+        for packed, scale, zero, bias in members
+    ):
+        x = x.contiguous()
+        ys = _results(x, [packed.shape[0] for packed, _, _, _ in members])
+        native.int4_linear_many(
+            x.data_ptr(), x.numel() // x.shape[-1], x.shape[-1], 2 * half,
+            [(p.data_ptr(), s.data_ptr(), z.data_ptr(), _address(b), y.data_ptr(), y.shape[-1])
+             for (p, s, z, b), y in zip(members, ys, strict=True)],
+            torch.get_num_threads(),
+        )  # fmt: skip
+        return tuple(ys)
+    return tuple(linear_int4_groups(x, *member) for member in members)
+
+
+def native_linear_f32_many(
+    x: torch.Tensor, members: tuple[F32Member, ...]
+) -> tuple[torch.Tensor, ...] | None:
+    """`native_linear_f32(x, *member)` for each member in one native call, or None where any
+    member would not take the native kernel (`natives.linear_cpu_many` then calls each)."""
+    native = _many_kernels(x, members, limit=F32_NATIVE_ROWS)
+    if native is None or not all(
+        w.dtype is torch.float32
+        and w.is_contiguous()
+        and (bias is None or (bias.dtype is torch.float32 and bias.is_contiguous()))
+        for w, bias in members
+    ):
+        return None
+    x = x.contiguous()
+    ys = _results(x, [w.shape[0] for w, _ in members])
+    native.f32_linear_many(
+        x.data_ptr(), x.numel() // x.shape[-1], x.shape[-1],
+        [(w.data_ptr(), 0, 0, _address(b), y.data_ptr(), y.shape[-1])
+         for (w, b), y in zip(members, ys, strict=True)],
+        torch.get_num_threads(),
+    )  # fmt: skip
+    return tuple(ys)
+
+
+def _many_kernels(
+    x: torch.Tensor, members: tuple[tuple[torch.Tensor | None, ...], ...], limit: int | None = None
+) -> Kernels | None:
+    """The vector kernels when every member may run natively on `x` (see `_native_rows`),
+    else None."""
+    if not 0 < len(members) <= MANY:
+        return None
+    parts = [t for member in members for t in member]
+    return _vector_kernels() if _native_rows(x, *parts, limit=limit) else None
 
 
 def decode_fp8(bits: torch.Tensor) -> torch.Tensor:
