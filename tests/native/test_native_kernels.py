@@ -30,18 +30,6 @@ Array = np.ndarray[Any, Any]
 EPS = float(np.finfo(np.float32).eps)
 
 
-@pytest.fixture(scope="module", params=["native", "avx2", "scalar"])
-def library(request: pytest.FixtureRequest) -> Kernels:
-    found = native.kernels(request.param)
-    if found is None:
-        pytest.skip(f"no native kernels: {native.status(request.param).reason}")
-    if request.param == "scalar":
-        assert found.path == "scalar"
-    if request.param == "avx2" and found.path != "avx2":
-        pytest.skip(f"this CPU has no AVX2 (the library compiled {found.path})")
-    return found
-
-
 def _tensor(a: Array) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a))
 

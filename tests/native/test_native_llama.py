@@ -31,6 +31,16 @@ SIZES = {"Vocab": 96, "H": 128, "Heads": 4, "KvHeads": 2, "Inner": 256, "Layers"
 GENERICS = {**SIZES, "Batch": 1, "MaxSeq": 16, "T": "f32"}
 
 
+def _quantised(floats: Any, bits: int, folder: Path) -> tuple[Path, Any]:
+    """The example's source and checkpoint with every linear int8 or int4 (groups of 128)."""
+    quantised = llama_example.script("quantised")
+    target = folder / "q.safetensors"
+    quantize_checkpoint(floats, target, patterns=quantised.PATTERNS, bits=bits, group=128)
+    source = folder / "q.linnet"
+    source.write_text(quantised.quantised_source(bits, 128))
+    return source, read_safetensors(target)
+
+
 def _decode(module: Any, prompt: torch.Tensor, steps: int) -> tuple[list[int], torch.Tensor]:
     """Greedy tokens and every step's logits (prefill's last row first)."""
     module.reset_state()
@@ -65,12 +75,8 @@ def test_quantised_llama_decodes_the_same_on_the_kernels(
     if native.kernels() is None:
         pytest.skip(f"no native kernels: {native.status().reason}")
     floats = llama_example.script("make_weights").make_weights(GENERICS, seed=7)
-    quantised = llama_example.script("quantised")
-    target = tmp_path / "q.safetensors"
-    quantize_checkpoint(floats, target, patterns=quantised.PATTERNS, bits=bits, group=128)
-    source = tmp_path / "q.linnet"
-    source.write_text(quantised.quantised_source(bits, 128))
-    module = linnet.torch.load(source, generics=GENERICS, weights=read_safetensors(target))
+    source, weights = _quantised(floats, bits, tmp_path)
+    module = linnet.torch.load(source, generics=GENERICS, weights=weights)
     prompt = torch.from_numpy(np.random.default_rng(8).integers(0, 96, (1, 5)).astype(np.int32))
 
     natives_quant._cache.clear()
@@ -94,12 +100,7 @@ def test_int8_activations_decode_as_onnx_runtime_does(tmp_path: Path, bits: int)
         pytest.skip(f"no native kernels: {native.status().reason}")
     onnx = pytest.importorskip("linnet.onnx")
     floats = llama_example.script("make_weights").make_weights(GENERICS, seed=7)
-    quantised = llama_example.script("quantised")
-    target = tmp_path / "q.safetensors"
-    quantize_checkpoint(floats, target, patterns=quantised.PATTERNS, bits=bits, group=128)
-    source = tmp_path / "q.linnet"
-    source.write_text(quantised.quantised_source(bits, 128))
-    weights = read_safetensors(target)
+    source, weights = _quantised(floats, bits, tmp_path)
     prompt = torch.from_numpy(np.random.default_rng(8).integers(0, 96, (1, 5)).astype(np.int32))
     _, exact = _decode(linnet.torch.load(source, generics=GENERICS, weights=weights), prompt, 8)
     fast = linnet.torch.load(source, generics=GENERICS, weights=weights, int8_activations=True)
@@ -139,12 +140,7 @@ def test_generated_decode_joins_linears_on_one_input_bitwise(
     floats = llama_example.script("make_weights").make_weights(GENERICS, seed=7)
     source, weights = EXAMPLE / "src" / "lib.linnet", floats
     if bits != 32:
-        quantised = llama_example.script("quantised")
-        target = tmp_path / "q.safetensors"
-        quantize_checkpoint(floats, target, patterns=quantised.PATTERNS, bits=bits, group=128)
-        source = tmp_path / "q.linnet"
-        source.write_text(quantised.quantised_source(bits, 128))
-        weights = read_safetensors(target)
+        source, weights = _quantised(floats, bits, tmp_path)
     prompt = torch.from_numpy(np.random.default_rng(8).integers(0, 96, (1, 5)).astype(np.int32))
     runs = []
     for joined in (True, False):

@@ -267,6 +267,21 @@ static void permute_chunks(const float *x, int64_t m, int64_t in, float *xp) {
 
 /* Rows [o, o + rows) of y for rows b0 .. b0 + MT - 1 of x: each chunk of each weight row is
  * turned into floats once for all MT rows of x. */
+/* sum_g scale[g] * zero[g] * xs[g] over a row's groups, sixteen at a time (the zero points'
+ * share of a wide int4 tile: xs is sum(x) per group, or scale_a * sum(q_a) with int8
+ * activations). */
+static inline float zero_terms(const float *sr, const uint8_t *zr, const float *xs,
+                               int64_t groups) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; g += 16) {
+        __mmask16 k = groups - g >= 16 ? 0xFFFF : (__mmask16)((1u << (groups - g)) - 1);
+        __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, zr + g)));
+        __m512 sz = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, sr + g), z);
+        acc = _mm512_fmadd_ps(sz, _mm512_maskz_loadu_ps(k, xs + g), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
 static inline __attribute__((always_inline)) void int4_wide_tile(
     const float *xp, const float *sums, int64_t b0, const int MT, int64_t in,
     const uint8_t *packed, const float *scale, const uint8_t *zero, int64_t group,
@@ -308,15 +323,9 @@ static inline __attribute__((always_inline)) void int4_wide_tile(
         const uint8_t *zr = zero + row[r] * groups;
         for (int b = 0; b < MT; b++) {
             const float *xs = sums + (b0 + b) * groups;
-            __m512 acc = _mm512_setzero_ps();
-            for (int64_t g = 0; g < groups; g += 16) {
-                __mmask16 k = groups - g >= 16 ? 0xFFFF : (__mmask16)((1u << (groups - g)) - 1);
-                __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, zr + g)));
-                __m512 sz = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, sr + g), z);
-                acc = _mm512_fmadd_ps(sz, _mm512_maskz_loadu_ps(k, xs + g), acc);
-            }
             y[(b0 + b) * out + o + r] = _mm512_reduce_add_ps(tot[r][b]) -
-                                        _mm512_reduce_add_ps(acc) + (bias ? bias[o + r] : 0.0f);
+                                        zero_terms(sr, zr, xs, groups) +
+                                        (bias ? bias[o + r] : 0.0f);
         }
     }
 }
@@ -656,15 +665,9 @@ static inline __attribute__((always_inline)) void a8_int4_tile(
         const uint8_t *zr = zero + row[r] * groups;
         for (int b = 0; b < MT; b++) {
             const float *xs = saq + (b0 + b) * groups;
-            __m512 acc = _mm512_setzero_ps();
-            for (int64_t g = 0; g < groups; g += 16) {
-                __mmask16 k = groups - g >= 16 ? 0xFFFF : (__mmask16)((1u << (groups - g)) - 1);
-                __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, zr + g)));
-                __m512 sz = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, sr + g), z);
-                acc = _mm512_fmadd_ps(sz, _mm512_maskz_loadu_ps(k, xs + g), acc);
-            }
             y[(b0 + b) * out + o + r] = _mm512_reduce_add_ps(tot[r][b]) -
-                                        _mm512_reduce_add_ps(acc) + (bias ? bias[o + r] : 0.0f);
+                                        zero_terms(sr, zr, xs, groups) +
+                                        (bias ? bias[o + r] : 0.0f);
         }
     }
 }
