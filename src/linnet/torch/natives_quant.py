@@ -64,7 +64,7 @@ kernel took 0.39 / 1.3 / 4.9 / 20 ms at 1 / 4 / 16 / 64 rows against 2.7 / 6.0 /
 
 F32_NATIVE_ROWS = 32
 """Most rows of `x` for the f32 kernel (`native_linear_f32`), whose contender is oneDNN on
-the same f32 weight, not a dequantised copy. From 2 rows the kernel runs register tiles of
+the same f32 weight, not a dequantised copy. The kernel runs register tiles of up to
 4 rows of x by 6 weight rows (each weight vector loaded once for the tile's rows), and a
 row's result is bitwise the same alone or in a batch (same summation order), so a request's
 greedy tokens do not depend on what else the engine is decoding. Measured
