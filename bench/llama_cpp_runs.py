@@ -118,10 +118,15 @@ def decode_in_child(
 
 def _child(arguments: list[str]) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, __file__, *arguments], capture_output=True, text=True, check=False
+        [sys.executable, "-X", "faulthandler", __file__, *arguments],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"llama.cpp child {arguments[0]} failed: {done.stderr.strip()[-800:]}")
+        # a negative code is a signal (a crash inside llama.cpp: faulthandler's trace above)
+        why = f"exit code {done.returncode}"
+        raise RuntimeError(f"llama.cpp child {arguments[0]} failed ({why}): {done.stderr[-800:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 

@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from linnet import native
+from linnet.native.activations import int8_block
 from linnet.native.kernels import Kernels
 
 Array = np.ndarray[Any, Any]
@@ -156,19 +157,23 @@ def _address(t: torch.Tensor | None) -> int | None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "group"), [("int8", 0), ("f32", 0), ("int4", 16), ("int4", 32), ("int4", 128)]
-)
+    ("kind", "group"),
+    [("int8", 0), ("f32", 0), ("int4", 16), ("int4", 32), ("int4", 128), ("int8-a8", 0),
+     ("int4-a8", 16), ("int4-a8", 128)],
+)  # fmt: skip
 @pytest.mark.parametrize("rows", [1, 3])
 def test_many_gives_each_linear_bitwise_as_alone(
     library: Kernels, kind: str, group: int, rows: int
 ) -> None:
-    """The `*_many` calls (one parallel region for linears on one x) against each linear's own
-    call: the same bits, for members of different sizes (pieces of several members in one
-    region), with and without a bias, on two threads."""
+    """The `*_many` calls (one parallel region for linears on one x; `-a8`: x rounded to int8
+    once for all) against each linear's own call: the same bits, for members of different
+    sizes (pieces of several members in one region), with and without a bias, on two
+    threads."""
     rng = np.random.default_rng(rows + group)
     into, outs = 512, [301, 13, 640, 6]
+    block = int8_block(into)
     x = _tensor(rng.standard_normal((rows, into)).astype(np.float32))
-    members = _members(kind, rng, outs, into, group)
+    members = _members(kind.removesuffix("-a8"), rng, outs, into, group)
     alone, joined = [torch.full((rows, out), float("nan")) for out in outs], []
     table = []
     for (w, scale, zero, bias), y, out in zip(members, alone, outs, strict=True):
@@ -179,6 +184,12 @@ def test_many_gives_each_linear_bitwise_as_alone(
         elif kind == "int4":
             library.int4_linear(x.data_ptr(), rows, into, w.data_ptr(), _address(scale),
                                 _address(zero), group, b, y.data_ptr(), out, 2)  # fmt: skip
+        elif kind == "int8-a8":
+            library.int8_linear_a8(x.data_ptr(), rows, into, w.data_ptr(), _address(scale),
+                                   block, b, y.data_ptr(), out, 2)  # fmt: skip
+        elif kind == "int4-a8":
+            library.int4_linear_a8(x.data_ptr(), rows, into, w.data_ptr(), _address(scale),
+                                   _address(zero), group, b, y.data_ptr(), out, 2)  # fmt: skip
         else:
             library.f32_linear(x.data_ptr(), rows, into, w.data_ptr(), b, y.data_ptr(), out, 2)
         joined.append(torch.full((rows, out), float("nan")))
@@ -190,6 +201,10 @@ def test_many_gives_each_linear_bitwise_as_alone(
         library.int8_linear_many(x.data_ptr(), rows, into, table, 2)
     elif kind == "int4":
         library.int4_linear_many(x.data_ptr(), rows, into, group, table, 2)
+    elif kind == "int8-a8":
+        library.int8_linear_a8_many(x.data_ptr(), rows, into, block, table, 2)
+    elif kind == "int4-a8":
+        library.int4_linear_a8_many(x.data_ptr(), rows, into, group, table, 2)
     else:
         library.f32_linear_many(x.data_ptr(), rows, into, table, 2)
     for one, many in zip(alone, joined, strict=True):
@@ -204,12 +219,18 @@ def test_many_rejects_no_members_and_a_bad_group(library: Kernels) -> None:
     member = (packed.data_ptr(), scale.data_ptr(), zero.data_ptr(), None, y.data_ptr(), 1)
     with pytest.raises(ValueError, match=r"group \(40\)"):
         library.int4_linear_many(x.data_ptr(), 1, 96, 40, [member], 1)
+    with pytest.raises(ValueError, match=r"group \(40\)"):
+        library.int4_linear_a8_many(x.data_ptr(), 1, 96, 40, [member], 1)
+    with pytest.raises(ValueError, match=r"block \(8\)"):
+        library.int8_linear_a8_many(x.data_ptr(), 1, 96, 8, [member], 1)
 
 
-def test_natives_quant_many_equals_the_members_calls() -> None:
-    """`natives_quant`'s joined wrappers: bitwise each member's own call on the kernel path,
-    and the members' own calls where the kernels do not apply (a gradient to record, more
-    rows than the kernels take, int4 members of different groups)."""
+@pytest.mark.parametrize("int8_activations", [False, True])
+def test_natives_quant_many_equals_the_members_calls(int8_activations: bool) -> None:
+    """`natives_quant`'s joined wrappers: bitwise each member's own call on the kernel path
+    (with `int8_activations` too, x rounded once), and the members' own calls where the
+    kernels do not apply (a gradient to record, more rows than the kernels take, int4
+    members of different groups)."""
     from linnet.torch import natives, natives_quant
 
     if native.kernels() is None:
@@ -227,14 +248,18 @@ def test_natives_quant_many_equals_the_members_calls() -> None:
         (natives_quant.linear_int8_many, natives_quant.linear_int8, int8),
         (natives.linear_cpu_many, natives.linear_cpu, f32),
     ]
-    for rows in (x, x.repeat(1, 20, 1)):  # 2 rows: kernels; 40: past NATIVE_ROWS
-        for many, alone, members in cases:
-            with torch.no_grad():
-                got = many(rows, *members)
-                expected = [alone(rows, *member) for member in members]
-            assert len(got) == len(expected)
-            for a, b in zip(got, expected, strict=True):
-                assert torch.equal(a, b)
+    token = natives_quant.INT8_ACTIVATIONS.set(int8_activations)
+    try:
+        for rows in (x, x.repeat(1, 20, 1)):  # 2 rows: kernels; 40: past NATIVE_ROWS
+            for many, alone, members in cases:
+                with torch.no_grad():
+                    got = many(rows, *members)
+                    expected = [alone(rows, *member) for member in members]
+                assert len(got) == len(expected)
+                for a, b in zip(got, expected, strict=True):
+                    assert torch.equal(a, b)
+    finally:
+        natives_quant.INT8_ACTIVATIONS.reset(token)
     trained = torch.from_numpy(f32[0][0].numpy().copy()).requires_grad_(True)
     got = natives.linear_cpu_many(x, (trained, None), f32[1])
     assert got[0].requires_grad and torch.equal(got[0], torch.nn.functional.linear(x, trained))

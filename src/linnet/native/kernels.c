@@ -852,35 +852,47 @@ static void a8_int8_avx2(const int8_t *qa, const float *sa, int64_t m, int64_t i
 }
 #endif
 
-/* `linear_int4_groups` with int8 activations (blocks = the groups). */
-int linnet_int4_linear_a8(const float *x, int64_t m, int64_t in, const uint8_t *packed,
-                          const float *scale, const uint8_t *zero, int64_t group,
-                          const float *bias, float *y, int64_t out, int asked) {
-    if (group <= 0 || group % 2 != 0 || in % group != 0) return 1;
-    int64_t half = in / 2, groups = in / group, chunks = (half + 63) / 64;
+/* x's rows rounded for the int4 kernels, in the layout of the path this CPU takes: written
+ * once by `a8_int4_prepare` (one allocation, `buffer`, freed by the caller) and read by every
+ * piece of every weight multiplied with the same x (a lone call or a `_many` call). */
+typedef struct {
+    char *buffer;
+    int64_t m, in, group;
+    int path; /* 2: VNNI, 1: AVX2, 0: plain C */
+    int8_t *qa; /* [m][in] */
+    float *sa, *saq; /* [m][groups]: the activation scales, and scale * sum q_a (VNNI) */
+    int32_t *suma; /* [m][groups] */
+    int8_t *qs; /* VNNI: per 128-input chunk, even then odd; AVX2: per 64 inputs, the same */
+    float *lane; /* VNNI: [m][chunks][16], each lane's activation scale */
+} a8_int4_x;
+
+static int a8_int4_prepare(const float *x, int64_t m, int64_t in, int64_t group, a8_int4_x *p) {
+    int64_t groups = in / group, chunks = (in / 2 + 63) / 64;
     size_t bytes = (size_t)(m * in) + sizeof(float) * (size_t)(m * groups) * 2 +
                    sizeof(int32_t) * (size_t)(m * groups);
-    int vnni = 0;
-    (void)vnni;
+    p->m = m, p->in = in, p->group = group, p->path = 0;
     (void)chunks;
 #if defined(LINNET_VNNI)
-    vnni = group >= 8 && (group % 128 == 0 || 128 % group == 0);
-    if (vnni) bytes += (size_t)(m * chunks) * (128 + 16 * sizeof(float));
+    if (group >= 8 && (group % 128 == 0 || 128 % group == 0)) p->path = 2;
+    if (p->path == 2) bytes += (size_t)(m * chunks) * (128 + 16 * sizeof(float)) + 64;
+#elif defined(LINNET_AVX2)
+    if (group % 64 == 0) p->path = 1, bytes += (size_t)(m * in);
 #endif
-    char *buffer = (char *)malloc(bytes + 64);
-    if (buffer == NULL) return 2;
-    float *sa = (float *)buffer, *saq = sa + m * groups;
-    int32_t *suma = (int32_t *)(saq + m * groups);
-    int8_t *qa = (int8_t *)(suma + m * groups);
-    quantise_rows(x, m, in, group, qa, sa, suma);
-    int threads = threads_for(out * half, asked);
+    p->buffer = (char *)malloc(bytes + 64);
+    if (p->buffer == NULL) return 2;
+    p->sa = (float *)p->buffer, p->saq = p->sa + m * groups;
+    p->suma = (int32_t *)(p->saq + m * groups);
+    p->qa = (int8_t *)(p->suma + m * groups);
+    quantise_rows(x, m, in, group, p->qa, p->sa, p->suma);
 #if defined(LINNET_VNNI)
-    if (vnni) {
-        float *lane = (float *)(((uintptr_t)(qa + m * in) + 63) & ~(uintptr_t)63);
-        int8_t *qs = (int8_t *)(lane + m * chunks * 16);
+    if (p->path == 2) {
+        const int8_t *qa = p->qa;
+        const float *sa = p->sa;
+        float *lane = p->lane = (float *)(((uintptr_t)(qa + m * in) + 63) & ~(uintptr_t)63);
+        int8_t *qs = p->qs = (int8_t *)(lane + m * chunks * 16);
         for (int64_t b = 0; b < m; b++) {
             for (int64_t g = 0; g < groups; g++)
-                saq[b * groups + g] = sa[b * groups + g] * (float)suma[b * groups + g];
+                p->saq[b * groups + g] = sa[b * groups + g] * (float)p->suma[b * groups + g];
             for (int64_t c = 0; c < chunks; c++) {
                 int8_t *dst = qs + (b * chunks + c) * 128;
                 const int8_t *src = qa + b * in + c * 128;
@@ -904,43 +916,68 @@ int linnet_int4_linear_a8(const float *x, int64_t m, int64_t in, const uint8_t *
                 }
             }
         }
-        PIECES(out, half, threads,
-               a8_int4_vnni(qs, lane, saq, m, in, packed, scale, zero, group, bias, y, out, o0, o1));
-        free(buffer);
-        return 0;
     }
-#endif
-#if defined(LINNET_AVX2)
-    if (group % 64 == 0) {
-        int8_t *qs = (int8_t *)malloc((size_t)(m * in));
-        if (qs == NULL) {
-            free(buffer);
-            return 2;
-        }
+#elif defined(LINNET_AVX2)
+    if (p->path == 1) {
+        int8_t *qs = p->qs = p->qa + m * in;
         for (int64_t b = 0; b < m; b++)
             for (int64_t c = 0; c < in / 64; c++)
                 for (int k = 0; k < 32; k++) {
-                    qs[b * in + c * 64 + k] = qa[b * in + c * 64 + 2 * k];
-                    qs[b * in + c * 64 + 32 + k] = qa[b * in + c * 64 + 2 * k + 1];
+                    qs[b * in + c * 64 + k] = p->qa[b * in + c * 64 + 2 * k];
+                    qs[b * in + c * 64 + 32 + k] = p->qa[b * in + c * 64 + 2 * k + 1];
                 }
-        PIECES(out, half, threads,
-               a8_int4_avx2(qs, sa, suma, m, in, packed, scale, zero, group, bias, y, out, o0, o1));
-        free(qs);
-        free(buffer);
-        return 0;
     }
 #endif
-    PIECES(out, half, threads,
-           a8_int4_plain(qa, sa, suma, m, in, packed, scale, zero, group, bias, y, out, o0, o1));
-    free(buffer);
     return 0;
 }
 
-/* `linear_int8` with int8 activations per block of `block` inputs (at least 16). */
-int linnet_int8_linear_a8(const float *x, int64_t m, int64_t in, const int8_t *q,
-                          const float *scale, int64_t block, const float *bias, float *y,
-                          int64_t out, int asked) {
-    if (block < 16 || in % block != 0) return 1;
+/* Output rows [o0, o1) of one int4 weight times the prepared x. */
+static void a8_int4_piece(const a8_int4_x *p, const uint8_t *packed, const float *scale,
+                          const uint8_t *zero, const float *bias, float *y, int64_t out,
+                          int64_t o0, int64_t o1) {
+#if defined(LINNET_VNNI)
+    if (p->path == 2) {
+        a8_int4_vnni(p->qs, p->lane, p->saq, p->m, p->in, packed, scale, zero, p->group, bias, y,
+                     out, o0, o1);
+        return;
+    }
+#elif defined(LINNET_AVX2)
+    if (p->path == 1) {
+        a8_int4_avx2(p->qs, p->sa, p->suma, p->m, p->in, packed, scale, zero, p->group, bias, y,
+                     out, o0, o1);
+        return;
+    }
+#endif
+    a8_int4_plain(p->qa, p->sa, p->suma, p->m, p->in, packed, scale, zero, p->group, bias, y, out,
+                  o0, o1);
+}
+
+/* `linear_int4_groups` with int8 activations (blocks = the groups). */
+int linnet_int4_linear_a8(const float *x, int64_t m, int64_t in, const uint8_t *packed,
+                          const float *scale, const uint8_t *zero, int64_t group,
+                          const float *bias, float *y, int64_t out, int asked) {
+    if (group <= 0 || group % 2 != 0 || in % group != 0) return 1;
+    a8_int4_x p;
+    if (a8_int4_prepare(x, m, in, group, &p) != 0) return 2;
+    int threads = threads_for(out * (in / 2), asked);
+    PIECES(out, in / 2, threads, a8_int4_piece(&p, packed, scale, zero, bias, y, out, o0, o1));
+    free(p.buffer);
+    return 0;
+}
+
+/* x's rows rounded for the int8 kernels (as `a8_int4_x`). */
+typedef struct {
+    char *buffer;
+    int64_t m, in, block;
+    int8_t *qa; /* [m][in] */
+    float *sa; /* [m][blocks] */
+    int32_t *suma; /* [m][blocks] */
+    float *lane; /* VNNI: [m][chunks][16], each lane's activation scale */
+    int32_t *neg; /* VNNI: [m][chunks][16], -128 * the lane's sum of q_a */
+    int8_t *padded; /* VNNI: [m][chunks][64], q_a zero past `in` */
+} a8_int8_x;
+
+static int a8_int8_prepare(const float *x, int64_t m, int64_t in, int64_t block, a8_int8_x *p) {
     int64_t blocks = in / block, chunks = (in + 63) / 64;
     size_t bytes = sizeof(float) * (size_t)(m * blocks) + sizeof(int32_t) * (size_t)(m * blocks) +
                    (size_t)(m * in);
@@ -948,17 +985,17 @@ int linnet_int8_linear_a8(const float *x, int64_t m, int64_t in, const int8_t *q
 #if defined(LINNET_VNNI)
     bytes += (size_t)(m * chunks) * (64 + 16 * sizeof(float) + 16 * sizeof(int32_t)) + 64;
 #endif
-    char *buffer = (char *)malloc(bytes);
-    if (buffer == NULL) return 2;
-    float *sa = (float *)buffer;
-    int32_t *suma = (int32_t *)(sa + m * blocks);
-    int8_t *qa = (int8_t *)(suma + m * blocks);
-    quantise_rows(x, m, in, block, qa, sa, suma);
-    int threads = threads_for(out * in, asked);
+    p->m = m, p->in = in, p->block = block;
+    p->buffer = (char *)malloc(bytes);
+    if (p->buffer == NULL) return 2;
+    float *sa = p->sa = (float *)p->buffer;
+    p->suma = (int32_t *)(sa + m * blocks);
+    int8_t *qa = p->qa = (int8_t *)(p->suma + m * blocks);
+    quantise_rows(x, m, in, block, qa, sa, p->suma);
 #if defined(LINNET_VNNI)
-    float *lane = (float *)(((uintptr_t)(qa + m * in) + 63) & ~(uintptr_t)63);
-    int32_t *neg = (int32_t *)(lane + m * chunks * 16);
-    int8_t *padded = (int8_t *)(neg + m * chunks * 16);
+    float *lane = p->lane = (float *)(((uintptr_t)(qa + m * in) + 63) & ~(uintptr_t)63);
+    int32_t *neg = p->neg = (int32_t *)(lane + m * chunks * 16);
+    int8_t *padded = p->padded = (int8_t *)(neg + m * chunks * 16);
     const __m512i ones = _mm512_set1_epi8(1);
     for (int64_t b = 0; b < m; b++)
         for (int64_t c = 0; c < chunks; c++) {
@@ -989,19 +1026,35 @@ int linnet_int8_linear_a8(const float *x, int64_t m, int64_t in, const int8_t *q
                 neg[(b * chunks + c) * 16 + j] = -128 * s;
             }
         }
-    PIECES(out, in, threads,
-           a8_int8_vnni(padded, lane, neg, m, in, q, scale, bias, y, out, o0, o1));
-#elif defined(LINNET_AVX2)
-    if (block % 32 == 0)
-        PIECES(out, in, threads, a8_int8_avx2(qa, sa, m, in, block, q, scale, bias, y, out, o0, o1));
-    else
-        PIECES(out, in, threads,
-               a8_int8_plain(qa, sa, m, in, block, q, scale, bias, y, out, o0, o1));
-#else
-    PIECES(out, in, threads,
-           a8_int8_plain(qa, sa, m, in, block, q, scale, bias, y, out, o0, o1));
 #endif
-    free(buffer);
+    return 0;
+}
+
+/* Output rows [o0, o1) of one int8 weight times the prepared x. */
+static void a8_int8_piece(const a8_int8_x *p, const int8_t *q, const float *scale,
+                          const float *bias, float *y, int64_t out, int64_t o0, int64_t o1) {
+#if defined(LINNET_VNNI)
+    a8_int8_vnni(p->padded, p->lane, p->neg, p->m, p->in, q, scale, bias, y, out, o0, o1);
+#elif defined(LINNET_AVX2)
+    if (p->block % 32 == 0)
+        a8_int8_avx2(p->qa, p->sa, p->m, p->in, p->block, q, scale, bias, y, out, o0, o1);
+    else
+        a8_int8_plain(p->qa, p->sa, p->m, p->in, p->block, q, scale, bias, y, out, o0, o1);
+#else
+    a8_int8_plain(p->qa, p->sa, p->m, p->in, p->block, q, scale, bias, y, out, o0, o1);
+#endif
+}
+
+/* `linear_int8` with int8 activations per block of `block` inputs (at least 16). */
+int linnet_int8_linear_a8(const float *x, int64_t m, int64_t in, const int8_t *q,
+                          const float *scale, int64_t block, const float *bias, float *y,
+                          int64_t out, int asked) {
+    if (block < 16 || in % block != 0) return 1;
+    a8_int8_x p;
+    if (a8_int8_prepare(x, m, in, block, &p) != 0) return 2;
+    int threads = threads_for(out * in, asked);
+    PIECES(out, in, threads, a8_int8_piece(&p, q, scale, bias, y, out, o0, o1));
+    free(p.buffer);
     return 0;
 }
 
@@ -1243,6 +1296,36 @@ int linnet_int4_linear_many(const float *x, int64_t m, int64_t in, int64_t group
                       int4_rows(even, odd, sums, m, in, (const uint8_t *)mk->weight, mk->scale,
                                 mk->zero, group, mk->bias, mk->y, mk->out, o0, o1));
     free(buffer);
+    return 0;
+}
+
+/* The `_a8` kernels of members sharing x: x is rounded once (the int4 members all with groups
+ * of `group`, the int8 ones with blocks of `block`), then one parallel region. */
+int linnet_int4_linear_a8_many(const float *x, int64_t m, int64_t in, int64_t group,
+                               const linnet_member *members, int64_t count, int asked) {
+    if (count < 1 || count > MANY) return 1;
+    if (group <= 0 || group % 2 != 0 || in % group != 0) return 1;
+    a8_int4_x p;
+    if (a8_int4_prepare(x, m, in, group, &p) != 0) return 2;
+    int threads = threads_for(member_rows(members, count) * (in / 2), asked);
+    MEMBER_PIECES(members, count, in / 2, threads,
+                  a8_int4_piece(&p, (const uint8_t *)mk->weight, mk->scale, mk->zero, mk->bias,
+                                mk->y, mk->out, o0, o1));
+    free(p.buffer);
+    return 0;
+}
+
+int linnet_int8_linear_a8_many(const float *x, int64_t m, int64_t in, int64_t block,
+                               const linnet_member *members, int64_t count, int asked) {
+    if (count < 1 || count > MANY) return 1;
+    if (block < 16 || in % block != 0) return 1;
+    a8_int8_x p;
+    if (a8_int8_prepare(x, m, in, block, &p) != 0) return 2;
+    int threads = threads_for(member_rows(members, count) * in, asked);
+    MEMBER_PIECES(members, count, in, threads,
+                  a8_int8_piece(&p, (const int8_t *)mk->weight, mk->scale, mk->bias, mk->y,
+                                mk->out, o0, o1));
+    free(p.buffer);
     return 0;
 }
 

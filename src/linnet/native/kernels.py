@@ -75,6 +75,12 @@ class Kernels:
         self._int4_many = lib.linnet_int4_linear_many
         self._int4_many.argtypes = [_P, _I, _I, _I, _P, _I, ctypes.c_int]
         self._int4_many.restype = ctypes.c_int
+        self._int8_a8_many = lib.linnet_int8_linear_a8_many
+        self._int8_a8_many.argtypes = [_P, _I, _I, _I, _P, _I, ctypes.c_int]
+        self._int8_a8_many.restype = ctypes.c_int
+        self._int4_a8_many = lib.linnet_int4_linear_a8_many
+        self._int4_a8_many.argtypes = [_P, _I, _I, _I, _P, _I, ctypes.c_int]
+        self._int4_a8_many.restype = ctypes.c_int
         self._f32_many = lib.linnet_f32_linear_many
         self._f32_many.argtypes = [_P, _I, _I, _P, _I, ctypes.c_int]
         self._f32_many.restype = ctypes.c_int
@@ -209,6 +215,24 @@ class Kernels:
         """`int4_linear` for each member (`packed`, `scale`, `zero`, bias or None, y, out), all
         with groups of `group`, on the one `x`, in one parallel region (bitwise as alone)."""
         code = self._int4_many(x, rows, into, group, _members(members), len(members), threads)
+        self._check(code, into, group)
+
+    def int8_linear_a8_many(
+        self, x: int, rows: int, into: int, block: int, members: Sequence[Member],
+        threads: int = 0,
+    ) -> None:  # fmt: skip
+        """`int8_linear_a8` for each member (`q`, `scale`, 0, bias or None, y, out) on the one
+        `x`, rounded to int8 once, in one parallel region (each y bitwise as alone)."""
+        code = self._int8_a8_many(x, rows, into, block, _members(members), len(members), threads)
+        _check(code, f"1 to {MANY} members, and a block ({block}) of 16 or more dividing {into}")
+
+    def int4_linear_a8_many(
+        self, x: int, rows: int, into: int, group: int, members: Sequence[Member],
+        threads: int = 0,
+    ) -> None:  # fmt: skip
+        """`int4_linear_a8` for each member (as `int4_linear_many`'s) on the one `x`, rounded
+        to int8 once, in one parallel region (each y bitwise as alone)."""
+        code = self._int4_a8_many(x, rows, into, group, _members(members), len(members), threads)
         self._check(code, into, group)
 
     def f32_linear_many(

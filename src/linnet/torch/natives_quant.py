@@ -261,9 +261,9 @@ def _results(x: torch.Tensor, outs: list[int]) -> list[torch.Tensor]:
 
 
 def linear_int8_many(x: torch.Tensor, *members: Int8Member) -> tuple[torch.Tensor, ...]:
-    """`linear_int8(x, *member)` for each member (one call each with `int8_activations`,
-    whose kernels round x per call)."""
-    native = None if INT8_ACTIVATIONS.get() else _many_kernels(x, members)
+    """`linear_int8(x, *member)` for each member, in one native call where each would take
+    the native kernel (with `int8_activations`, x rounded once for all of them)."""
+    native = _many_kernels(x, members)
     if native is not None and all(
         q.dtype is torch.int8
         and scale.dtype is torch.float32
@@ -274,21 +274,26 @@ def linear_int8_many(x: torch.Tensor, *members: Int8Member) -> tuple[torch.Tenso
         for q, scale, bias in members
     ):
         x = x.contiguous()
+        rows, into = x.numel() // x.shape[-1], x.shape[-1]
         ys = _results(x, [q.shape[0] for q, _, _ in members])
-        native.int8_linear_many(
-            x.data_ptr(), x.numel() // x.shape[-1], x.shape[-1],
-            [(q.data_ptr(), s.data_ptr(), 0, _address(b), y.data_ptr(), y.shape[-1])
-             for (q, s, b), y in zip(members, ys, strict=True)],
-            torch.get_num_threads(),
-        )  # fmt: skip
+        table = [
+            (q.data_ptr(), s.data_ptr(), 0, _address(b), y.data_ptr(), y.shape[-1])
+            for (q, s, b), y in zip(members, ys, strict=True)
+        ]
+        block = int8_block(into) if INT8_ACTIVATIONS.get() else 0
+        threads = torch.get_num_threads()
+        if block:
+            native.int8_linear_a8_many(x.data_ptr(), rows, into, block, table, threads)
+        else:
+            native.int8_linear_many(x.data_ptr(), rows, into, table, threads)
         return tuple(ys)
     return tuple(linear_int8(x, *member) for member in members)
 
 
 def linear_int4_groups_many(x: torch.Tensor, *members: Int4Member) -> tuple[torch.Tensor, ...]:
-    """`linear_int4_groups(x, *member)` for each member (one call each with `int8_activations`,
-    whose kernels round x per call)."""
-    native = None if INT8_ACTIVATIONS.get() else _many_kernels(x, members)
+    """`linear_int4_groups(x, *member)` for each member, in one native call where each would
+    take the native kernel (with `int8_activations`, x rounded once for all of them)."""
+    native = _many_kernels(x, members)
     half = members[0][0].shape[-1]
     if native is not None and all(
         packed.dtype is torch.uint8
@@ -304,7 +309,8 @@ def linear_int4_groups_many(x: torch.Tensor, *members: Int4Member) -> tuple[torc
     ):
         x = x.contiguous()
         ys = _results(x, [packed.shape[0] for packed, _, _, _ in members])
-        native.int4_linear_many(
+        run = native.int4_linear_a8_many if INT8_ACTIVATIONS.get() else native.int4_linear_many
+        run(
             x.data_ptr(), x.numel() // x.shape[-1], x.shape[-1], 2 * half,
             [(p.data_ptr(), s.data_ptr(), z.data_ptr(), _address(b), y.data_ptr(), y.shape[-1])
              for (p, s, z, b), y in zip(members, ys, strict=True)],
