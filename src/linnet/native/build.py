@@ -2,8 +2,8 @@
 
 Stage: run-time set-up of `linnet.native`. Input: the C source shipped in this
 package, the C compiler (`$CC`, else `cc`) and the CPU. Output: the path of a
-shared library built with `-O3 -march=native -fopenmp`, or a `BuildFailed`
-saying why there is none.
+shared library built with `-O3 -march=native -fopenmp` (plus `TUNING`'s flags for
+the CPU's vendor), or a `BuildFailed` saying why there is none.
 
 Why on first use rather than at install: `-march=native` picks the widest
 vector path the running CPU has (AVX-512, AVX2, else the portable loops), and
@@ -86,16 +86,34 @@ def _compiler_version(cc: str) -> str:
     return lines[0] if lines else done.stderr.strip()
 
 
-def _cpu_flags() -> str:
+def _cpuinfo(field: str) -> str | None:
+    """The first `field` line of /proc/cpuinfo (None where there is none: not Linux)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
+            if line.startswith(field):
                 return line
     except OSError:
         pass
+    return None
+
+
+def _cpu_flags() -> str:
+    found = _cpuinfo("flags")
+    if found is not None:
+        return found
     import platform
 
     return platform.processor() or platform.machine()
+
+
+TUNING = {"GenuineIntel": ("-DF32_TILED_FROM=2", "-DF32_ROWS=2")}
+"""Extra flags by CPU vendor: where a loop's best shape was measured to differ (kernels.c,
+`F32_TILED_FROM`). Flags given to `build` come after these, so they override them."""
+
+
+def tuning() -> tuple[str, ...]:
+    vendor = _cpuinfo("vendor_id")
+    return TUNING.get(vendor.split(":", 1)[1].strip(), ()) if vendor else ()
 
 
 def cache_key(source: bytes, flags: tuple[str, ...], version: str) -> str:
@@ -110,10 +128,10 @@ def build(extra: tuple[str, ...] = ()) -> Built:
     """The library for `extra` flags, from the cache or compiled now; a compiler without
     OpenMP (`-fopenmp` fails) gives a one-thread library."""
     try:
-        return _build((*FLAGS, *extra))
+        return _build((*FLAGS, *tuning(), *extra))
     except BuildFailed as first:
         try:
-            return _build(tuple(f for f in (*FLAGS, *extra) if f != "-fopenmp"))
+            return _build(tuple(f for f in (*FLAGS, *tuning(), *extra) if f != "-fopenmp"))
         except BuildFailed:
             raise first from None
 

@@ -23,7 +23,7 @@
  *                          blocks = the groups; integer sums exact, f32 combination (+ bias[o])
  *
  * Batch-1 decoding reads every weight once, so these are written for bandwidth: each OpenMP
- * thread streams contiguous pieces of output rows (about 128 KiB of weight each, taken in
+ * thread streams contiguous pieces of output rows (about 512 KiB of weight each, taken in
  * turn), a few rows at a time (independent accumulators), every weight byte read from memory
  * once for all M rows of x (the block's bytes stay in L1 or L2 while the M rows go by; f32
  * products of several rows use register tiles, `f32_rows_tiled`). The OpenMP runtime is the libgomp.so.1 that torch loaded, so the
@@ -54,12 +54,18 @@
 #include <immintrin.h>
 #endif
 
+#ifndef ROWS
 #define ROWS 4 /* output rows per block (int8, f32, small int4 groups); 2, 6, 8 no faster */
+#endif
 #ifndef F32_TILED_FROM
-#define F32_TILED_FROM 1 /* rows of x from which the f32 product takes the register tiles: a
- * one-row tile of 6 weight rows read faster than the 4-row loop in 4 of 5 alternated passes
- * (medians 27.3 / 28.1 / 29.0 / 26.6 / 31.6 GB/s against 26.1 / 26.3 / 27.7 / 27.0 / 30.3;
- * two threads, TinyLlama's shapes, 1.1 GB of weights), with the same sums */
+#define F32_TILED_FROM 1 /* rows of x from which the f32 product takes the register tiles. On
+ * an AMD EPYC (Zen 4) a one-row tile of 6 weight rows read faster than the 4-row loop in 4 of
+ * 5 alternated passes (medians 27.3 / 28.1 / 29.0 / 26.6 / 31.6 GB/s against 26.1 / 26.3 /
+ * 27.7 / 27.0 / 30.3; two threads, TinyLlama's shapes, 1.1 GB of weights). On an Intel Xeon
+ * with AVX-512 (Sapphire Rapids' features) the row loop 2 weight rows at a time read faster
+ * than either: 29.4-30.0 GB/s against 27.2-27.5 (the tile) and 28.2 (4 rows), 27.3 (3 rows),
+ * 27.4 (1 row), 27.3 (8 rows), medians of 15 alternated passes; so `linnet.native.build`
+ * passes -DF32_TILED_FROM=2 -DF32_ROWS=2 there. The same sums either way. */
 #endif
 
 const char *linnet_native_path(void) {
@@ -141,11 +147,14 @@ static inline void vu4(const uint8_t *p, vf *low, vf *high) {
 #endif
 
 /* Rows per piece of work: a multiple of 24 (whole blocks of 4, 6 or 8 rows) holding about
- * 128 KiB of weight. Threads take pieces in turn (OpenMP's dynamic schedule) rather than
+ * 512 KiB of weight. Threads take pieces in turn (OpenMP's dynamic schedule) rather than
  * a fixed half each: on a shared machine one thread is often slowed or descheduled for a
  * while, and the others then take its pieces instead of waiting for it. */
 #ifndef PIECE_BYTES
-#define PIECE_BYTES (128 * 1024)
+#define PIECE_BYTES (512 * 1024) /* against 128 KiB, medians of 11 alternated passes over a
+ * decode step's weights (two threads, Intel Xeon): int8 22.8-23.2 GB/s against 21.4, int4
+ * with int8 activations 21.3-21.7 against 20.9, f32 30.2 against 29.4; 1 MiB no faster, 2 MiB
+ * slower for int4 (17.0: too few pieces for two threads to share evenly) */
 #endif
 static int64_t piece_rows(int64_t row_bytes) {
     int64_t rows = PIECE_BYTES / (row_bytes > 0 ? row_bytes : 1);
@@ -1060,32 +1069,36 @@ int linnet_int8_linear_a8(const float *x, int64_t m, int64_t in, const int8_t *q
 
 /* ---- f32 ------------------------------------------------------------------------------ */
 
+#ifndef F32_ROWS
+#define F32_ROWS ROWS /* weight rows at a time in the row loop (`linnet.native.build` sets 2 on
+ * Intel CPUs, where it runs one row of x: see `F32_TILED_FROM`) */
+#endif
 static void f32_rows(const float *x, int64_t m, int64_t in, const float *w, const float *bias,
                      float *y, int64_t out, int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; o += ROWS) {
-        int64_t rows = o1 - o < ROWS ? o1 - o : ROWS;
-        const float *wr[ROWS];
-        for (int r = 0; r < ROWS; r++) wr[r] = w + (o + (r < rows ? r : 0)) * in;
+    for (int64_t o = o0; o < o1; o += F32_ROWS) {
+        int64_t rows = o1 - o < F32_ROWS ? o1 - o : F32_ROWS;
+        const float *wr[F32_ROWS];
+        for (int r = 0; r < F32_ROWS; r++) wr[r] = w + (o + (r < rows ? r : 0)) * in;
 #ifdef VECTOR
-        const float *ahead = w + (o + ROWS < o1 ? o + ROWS : o) * in; /* the next block */
+        const float *ahead = w + (o + F32_ROWS < o1 ? o + F32_ROWS : o) * in; /* the next block */
 #endif
         for (int64_t b = 0; b < m; b++) {
             const float *xb = x + b * in;
-            float dot[ROWS] = {0};
+            float dot[F32_ROWS] = {0};
             int64_t i = 0;
 #ifdef VECTOR
-            vf acc[ROWS];
-            for (int r = 0; r < ROWS; r++) acc[r] = vzero();
+            vf acc[F32_ROWS];
+            for (int r = 0; r < F32_ROWS; r++) acc[r] = vzero();
             for (; i + 16 <= in; i += 16) {
                 vf xv = vload(xb + i);
                 if (b == 0)
-                    for (int r = 0; r < ROWS; r++) prefetch(ahead + ROWS * i + 16 * r);
-                for (int r = 0; r < ROWS; r++) acc[r] = vfma(xv, vload(wr[r] + i), acc[r]);
+                    for (int r = 0; r < F32_ROWS; r++) prefetch(ahead + F32_ROWS * i + 16 * r);
+                for (int r = 0; r < F32_ROWS; r++) acc[r] = vfma(xv, vload(wr[r] + i), acc[r]);
             }
-            for (int r = 0; r < ROWS; r++) dot[r] = vsum(acc[r]);
+            for (int r = 0; r < F32_ROWS; r++) dot[r] = vsum(acc[r]);
 #endif
             for (; i < in; i++)
-                for (int r = 0; r < ROWS; r++) dot[r] += xb[i] * wr[r][i];
+                for (int r = 0; r < F32_ROWS; r++) dot[r] += xb[i] * wr[r][i];
             for (int r = 0; r < rows; r++)
                 y[b * out + o + r] = dot[r] + (bias ? bias[o + r] : 0.0f);
         }
