@@ -68,10 +68,11 @@ rotated order, median tokens/s), on 2 cores shared with other work:
   (on / off 0.54, range 0.37-0.60, on faster in 0 of 8 rounds);
 - TinyLlama shape (22 layers, 4.4 GB f32), load 5.2-8.2, 6 rounds: off 2.13,
   on 1.11 (0.63, range 0.37-1.04, on faster in 1 of 6).
-Single unalternated runs in the issue had spinning ahead, 1.31x busy and 1.10x
-on a quieter machine. So: off. Under load spinning lost up to 2.7x in a round,
-where it has been seen to gain 1.1-1.3x; a quiet machine's rerun of the study
-decides whether that gain is worth the loss on a shared one."""
+And on a quiet machine (Intel Xeon, 2 cores, load 1.0-1.5 with the study itself),
+TinyLlama shape, 8 rounds: off 6.80, on 7.07 (1.04, range 1.01-1.05, on faster in
+8 of 8). Single unalternated runs in the issue had spinning ahead, 1.31x busy and
+1.10x on a quieter machine; alternated, spinning gains 4% when the cores are free
+and loses 37-46% (up to 2.7x in a round) when they are not. So: off."""
 
 MERGE_SIBLINGS = True
 """Whether CPU sessions merge weight-only products that read the same activation into one
