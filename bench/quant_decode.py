@@ -57,6 +57,20 @@ ours over llama.cpp's rate at the matching precision (f32 / Q8_0 / Q4_0).
 only: shorter, and less memory).
 
 (with llama.cpp built elsewhere: `PYTHONPATH=/path/to/site` holding `llama_cpp`)
+
+llama.cpp from the registry (`pip install --target SITE --no-deps llama-cpp-python==0.3.36
+diskcache`, about 5 minutes on 2 cores) builds for the building CPU. On an Intel Xeon that
+advertises AMX but whose VM does not let it run, that build dies in
+`ggml_backend_amx_mul_mat` on the first Q8_0 / Q4_0 product (a segfault: the child's exit
+code -11); there, build it with every other feature of the CPU and AMX off:
+
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+    -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON
+    -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
+    -DGGML_AMX_BF16=OFF" pip install --no-cache-dir ...
+
+(`llama_cpp.llama_print_system_info()` then lists AVX512_VNNI, AVX512_BF16 and REPACK, as
+the native build does, without AMX.)
 """
 
 from __future__ import annotations
