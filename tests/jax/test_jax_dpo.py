@@ -64,9 +64,13 @@ def test_dpo_steps_equal_pytorch() -> None:
     theirs = torch_dpo(model, data, optimizer=optimizer, batch_size=2)
     assert_same(ours, theirs)
     assert ours[1].margins != 0.0
+    # AdamW divides each gradient element by its own running RMS, so an element's update
+    # carries that element's relative rounding error, large where the gradient is near 0:
+    # measured up to 1.5e-5 (one element of 1024; lr is 1e-2) on an Intel Xeon, 1e-5 on a
+    # Zen 4; a wrong gradient moves elements by about lr
     for name, value in model.named_parameters():
         np.testing.assert_allclose(
-            np.asarray(params[name]), value.detach().numpy(), rtol=1e-5, atol=1e-5, err_msg=name
+            np.asarray(params[name]), value.detach().numpy(), rtol=1e-5, atol=5e-5, err_msg=name
         )
 
 

@@ -83,9 +83,13 @@ def logged(trainer: Any) -> list[float]:
 
 
 def assert_same(ours: Any, theirs: Any) -> None:
+    """Parameters after `STEPS` AdamW steps: AdamW divides each gradient element by its own
+    running RMS, so an element's update carries that element's relative rounding error,
+    large where the gradient is near 0 (measured 1.55e-5 of the largest parameter on an Intel
+    Xeon, under 1e-5 on a Zen 4; a wrong gradient moves elements by about `LR`, 5e-2 here)."""
     mine = dict(ours.named_parameters())
     for name, value in theirs.named_parameters():
-        assert gap(value, mine[name.removeprefix("module.")]) <= 1e-5, name
+        assert gap(value, mine[name.removeprefix("module.")]) <= 1e-4, name
 
 
 class RowCollator:
