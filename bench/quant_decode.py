@@ -432,6 +432,15 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             for (label, name), kept in tokens.items()
         )
         print(f"# greedy tokens equal to {first} f32: {agree}")
+    genai_tokens = [(k, v) for k, v in tokens.items() if k[0].startswith("ONNX Runtime GenAI")]
+    for (label, shown), kept in genai_tokens:  # the same quantiser as ours: how close is it?
+        int4 = f"int4-g{group}"
+        agree = ", ".join(
+            f"{ours} {sum(a == b for a, b in zip(mine, kept, strict=True))}/{args.new}"
+            for (ours, name), mine in tokens.items()
+            if name == int4
+        )
+        print(f"# greedy tokens of {label} {shown} equal to ours at {int4}: {agree}")
     native_line = (
         f"int8 and int4 on linnet.native's kernels ({status().path}, packed bytes)"
         if native_kernels is not None
