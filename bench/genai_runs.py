@@ -134,7 +134,8 @@ def write_model(
         f"onnxruntime-genai {done['version']} builder (-p int4 -e cpu --extra_options "
         f"{' '.join(done['options'])}) on linnet.hf.export of the float checkpoint: "
         f"{done['matmulnbits']} MatMulNBits, block sizes {done['block_sizes']}, accuracy levels "
-        f"{done['accuracy_levels']}, {'with' if done['zero_points'] else 'without'} zero points"
+        f"{done['accuracy_levels']}, {'with' if done['zero_points'] else 'without'} zero points; "
+        f"the builder's peak resident memory {done['peak_rss'] / 1e9:.1f} GB"
     )
     return Built(out, how, export_s, done["seconds"], done["kv_itemsize"])
 
@@ -212,6 +213,8 @@ def _check() -> dict[str, Any]:
 def _build(
     hf: Path, out: Path, block_size: int, accuracy_level: int, cache: Path
 ) -> dict[str, Any]:
+    import resource
+
     import numpy as np
     import onnx.helper
     import onnxruntime_genai
@@ -243,6 +246,8 @@ def _build(
     kv = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(past.type.tensor_type.elem_type))
     return {
         "seconds": seconds,
+        # the builder's peak resident memory (it holds the float model in torch, then the ONNX one)
+        "peak_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
         "version": onnxruntime_genai.__version__,
         "options": options,
         "matmulnbits": len(nodes),
