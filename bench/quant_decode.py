@@ -59,8 +59,13 @@ llama.cpp` is against Q4_0; it has no f32 row of its own, so no `vs f32`; its
 MB/token counts its f32 KV cache. It loads the venv's `onnxruntime`, so both
 sides run the same ONNX Runtime. A bench-only peer, installed outside the venv:
 `python -m pip install --no-deps --target SITE onnxruntime-genai==0.18.0`, then
-`PYTHONPATH=SITE`. Its build time and the block sizes / accuracy levels read
-back from the built model are printed in the header.
+`PYTHONPATH=SITE`. Its build time, the block sizes / accuracy levels read
+back from the built model and the builder's peak memory are printed in the
+header. The builder (a child) holds the float model in torch and then in ONNX:
+about 2.3x the float weights plus 0.8 GB at its peak (2.8 GB for a 2-layer,
+3.6 GB for a 4-layer TinyLlama-shaped model), so about 11 GB at TinyLlama
+shape (an estimate, not measured), while this process holds its checkpoints:
+`--no-genai` where memory is short.
 
 `--extra fp8,mxfp4` adds the FP8 (E4M3 rows) and MXFP4 variants
 (`quantize_checkpoint(scheme=...)`); ONNX Runtime has no kernel for them, so
