@@ -44,6 +44,29 @@ ours (each of its rounds a child process of its own: one warm-up, one timed
 decode), so that a busy machine slows both alike. The `vs llama.cpp` column is
 ours over llama.cpp's rate at the matching precision (f32 / Q8_0 / Q4_0).
 
+ONNX Runtime GenAI (when `onnxruntime_genai` and its model builder's imports
+work in a child; otherwise a note says why; `--no-genai` leaves it out) is one
+more peer of the int4-g128 variant, `bench/genai_runs.py`: a Hugging Face
+folder of the same float weights (`linnet.hf.export`) through its model
+builder, `-p int4 -e cpu --extra_options block_size=128 accuracy_level=4
+is_symmetric=false` (its int4 blocks as wide as our groups, `--group`; uint4
+with zero points, our layout and ONNX Runtime's round-to-nearest, as ours;
+accuracy level 4, the builder's CPU default, rounds the activations to int8
+per block: the function of our `int8_activations` rows and llama.cpp's trade),
+decoded greedily by `og.Generator` with `--threads` intra-op threads, timed
+like llama.cpp (a child per round, alternating with ours). Its row's `vs
+llama.cpp` is against Q4_0; it has no f32 row of its own, so no `vs f32`; its
+MB/token counts its f32 KV cache. It loads the venv's `onnxruntime`, so both
+sides run the same ONNX Runtime. A bench-only peer, installed outside the venv:
+`python -m pip install --no-deps --target SITE onnxruntime-genai==0.18.0`, then
+`PYTHONPATH=SITE`. Its build time, the block sizes / accuracy levels read
+back from the built model and the builder's peak memory are printed in the
+header. The builder (a child) holds the float model in torch and then in ONNX:
+about 2.3x the float weights plus 0.8 GB at its peak (2.8 GB for a 2-layer,
+3.6 GB for a 4-layer TinyLlama-shaped model), so about 11 GB at TinyLlama
+shape (an estimate, not measured), while this process holds its checkpoints:
+`--no-genai` where memory is short.
+
 `--extra fp8,mxfp4` adds the FP8 (E4M3 rows) and MXFP4 variants
 (`quantize_checkpoint(scheme=...)`); ONNX Runtime has no kernel for them, so
 `load_model` decodes them from the bytes on every call (the std body), and
@@ -51,12 +74,14 @@ ours over llama.cpp's rate at the matching precision (f32 / Q8_0 / Q4_0).
 
     .venv/bin/python bench/quant_decode.py [--shape tinyllama|medium|small] [--layers N]
         [--group 128] [--new 32] [--rounds 2] [--no-torch] [--no-onnx] [--extra fp8,mxfp4]
-        [--threads N] [--no-llama-cpp] [--no-dequantised] [--int8-activations] [--no-f32]
+        [--threads N] [--no-llama-cpp] [--no-genai] [--no-dequantised] [--int8-activations]
+        [--no-f32]
 
 `--no-onnx` leaves out every `load_model` row (linnet.torch against llama.cpp
 only: shorter, and less memory).
 
-(with llama.cpp built elsewhere: `PYTHONPATH=/path/to/site` holding `llama_cpp`)
+(with llama.cpp built elsewhere: `PYTHONPATH=/path/to/site` holding `llama_cpp`; the
+same for `onnxruntime_genai`)
 
 llama.cpp from the registry (`pip install --target SITE --no-deps llama-cpp-python==0.3.36
 diskcache`, about 5 minutes on 2 cores) builds for the building CPU. On an Intel Xeon that
@@ -170,6 +195,9 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out")
     parser.add_argument(
+        "--no-genai", action="store_true", help="leave ONNX Runtime GenAI's int4 builder model out"
+    )  # fmt: skip
+    parser.add_argument(
         "--no-f32", action="store_true",
         help="leave out the f32 rows (ours and llama.cpp's): about 9 GB less at TinyLlama shape",
     )  # fmt: skip
@@ -210,6 +238,10 @@ def run(args: argparse.Namespace, folder: Path) -> None:
     decode_bench = file_module("onnx_decode_bench", ROOT / "bench" / "onnx_decode.py")
     peer = file_module("llama_cpp_runs", ROOT / "bench" / "llama_cpp_runs.py")
     with_peer = not args.no_llama_cpp and peer.available()
+    genai = file_module("genai_runs", ROOT / "bench" / "genai_runs.py")
+    with_genai, genai_why = (False, "--no-genai") if args.no_genai else genai.available()
+    if with_genai and group not in genai.BLOCK_SIZES:
+        with_genai, genai_why = False, f"the builder has no block size {group}"
 
     def onnx_decode(model: Any, prompt: Array, new: int) -> tuple[list[int], float]:
         """Greedy tokens and the seconds of the new - 1 decode steps (`onnx_decode.py`'s)."""
@@ -251,6 +283,10 @@ def run(args: argparse.Namespace, folder: Path) -> None:
         }
         ggufs = peer.write_ggufs(folder, generics, variants["f32"], peer_sources)
         gguf_s = time.perf_counter() - start
+    built: Any = None
+    if with_genai:
+        progress("ONNX Runtime GenAI's int4 model (linnet.hf.export, then its model builder)")
+        built = genai.write_model(folder, generics, variants["f32"], block_size=group)
 
     prompt = np.random.default_rng(1).integers(0, sizes["Vocab"], (1, args.prompt))
     prompt = prompt.astype(np.int32)
@@ -305,42 +341,50 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             runs.append(lambda m=rounding: torch_decode(m, prompt, args.new))
             labels.append(("linnet.torch, int8_activations", stored if packed else dense))
         outtype = peer_of(name)
-        with_gguf = outtype in ggufs
-        label_peer = f"llama.cpp, {args.threads} thread{'s' if args.threads > 1 else ''}"
+        threads = f"{args.threads} thread{'s' if args.threads > 1 else ''}"
+        # this variant's peers: (label, weights shown, its runs module with a `decode_in_child`,
+        # the file or folder it decodes, bytes per KV cache value)
+        children: list[tuple[str, str, ModuleType, Path, int]] = []
+        if outtype in ggufs:  # llama.cpp's KV cache is f16 by default
+            children.append((f"llama.cpp, {threads}", outtype.upper(), peer, ggufs[outtype][0], 2))
+        if built is not None and name == f"int4-g{group}":
+            label = f"ONNX Runtime GenAI, {threads}"
+            children.append((label, "INT4 (builder)", genai, built.path, built.kv_itemsize))
         for go, (label, _) in zip(runs, labels, strict=True):
             progress(f"{name}: {label} warm-up")
             tokens[(label, name)] = go()[0]  # lowering, session creation, dequantise once
             resident[(label, name)] = rss()
-        # alternated rounds: ours, then llama.cpp's (a child process each), `rounds` times, so
-        # that a busy machine slows both alike
+        # alternated rounds: ours, then each peer's (a child process each), `rounds` times, so
+        # that a busy machine slows all alike
         ours: list[list[float]] = [[] for _ in runs]
-        theirs: list[float] = []
-        peer_done: dict[str, Any] = {}
+        theirs: list[list[float]] = [[] for _ in children]
+        peer_done: list[dict[str, Any]] = [{} for _ in children]
         for round_ in range(args.rounds):
             for i, go in enumerate(runs):
                 ours[i].append(go()[1])
-            if with_gguf:
-                assert outtype is not None
-                peer_done = peer.decode_in_child(
-                    ggufs[outtype][0], prompt[0].tolist(), args.new, args.threads, 1
+            for i, (_, _, runner, path, _) in enumerate(children):
+                peer_done[i] = runner.decode_in_child(
+                    path, prompt[0].tolist(), args.new, args.threads, 1
                 )
-                theirs.append(peer_done["seconds"])
+                theirs[i].append(peer_done[i]["seconds"])
             progress(
                 f"{name} round {round_ + 1}: "
                 + ", ".join(
-                    f"{who} {steps / t[-1]:.2f}" for (who, _), t in zip(labels, ours, strict=True)
+                    [f"{who} {steps / t[-1]:.2f}" for (who, _), t in zip(labels, ours, strict=True)]
+                    + [
+                        f"{who} {shown} {steps / t[-1]:.2f}"
+                        for (who, shown, *_), t in zip(children, theirs, strict=True)
+                    ]
                 )
-                + (f", {label_peer} {outtype} {steps / theirs[-1]:.2f} tokens/s" if theirs else "")
+                + " tokens/s"
             )
         for (label, per_token), times in zip(labels, ours, strict=True):
             rows.append((label, label, name, name, statistics.median(times), per_token))
         del model, fast, module, rounding, runs  # before the next variant
-        if with_gguf:
-            assert outtype is not None
-            # llama.cpp's KV cache is f16 by default
-            rows.append((label_peer, label_peer, outtype.upper(), name, statistics.median(theirs),
-                         peer_done["bytes"] + 2 * cache))  # fmt: skip
-            tokens[(label_peer, outtype.upper())] = peer_done["tokens"]
+        for (label, shown, _, _, kv), times, done in zip(children, theirs, peer_done, strict=True):
+            per_token = done["bytes"] + kv * cache
+            rows.append((label, label, shown, name, statistics.median(times), per_token))
+            tokens[(label, shown)] = done["tokens"]
 
     print(
         f"# Llama {sizes}, batch 1, prompt {args.prompt}, {args.new} new tokens "
@@ -356,6 +400,12 @@ def run(args: argparse.Namespace, folder: Path) -> None:
         print(f"# GGUF files written in {gguf_s:.1f} s:")
         for outtype, (_, how) in ggufs.items():
             print(f"#   {outtype.upper()}: {how}")
+    if built is not None:
+        print(
+            f"# ONNX Runtime GenAI model (int4-g{group}'s peer; {genai_why}) written in "
+            f"{built.export_s + built.build_s:.1f} s (linnet.hf.export {built.export_s:.1f} s, "
+            f"builder {built.build_s:.1f} s): {built.how}"
+        )
     print(
         "| path | weights | tokens/s | vs f32 | vs llama.cpp | ms/token | MB/token | GB/s "
         "| of bandwidth |"
@@ -371,7 +421,8 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             if name in peers and not family.startswith("llama")
             else ""
         )
-        f32 = base.get(family, onnx_f32)
+        # GenAI has no f32 row of its own: no vs f32 (our f32 is no baseline for its model)
+        f32 = base.get(family, 0.0 if family.startswith("ONNX Runtime GenAI") else onnx_f32)
         versus_f32 = f"{f32 / seconds:.2f}x" if f32 else ""
         print(
             f"| {label} | {shown} | {rate:.2f} | {versus_f32} | "
@@ -386,6 +437,15 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             for (label, name), kept in tokens.items()
         )
         print(f"# greedy tokens equal to {first} f32: {agree}")
+    genai_tokens = [(k, v) for k, v in tokens.items() if k[0].startswith("ONNX Runtime GenAI")]
+    for (label, shown), kept in genai_tokens:  # the same quantiser as ours: how close is it?
+        int4 = f"int4-g{group}"
+        agree = ", ".join(
+            f"{ours} {sum(a == b for a, b in zip(mine, kept, strict=True))}/{args.new}"
+            for (ours, name), mine in tokens.items()
+            if name == int4
+        )
+        print(f"# greedy tokens of {label} {shown} equal to ours at {int4}: {agree}")
     native_line = (
         f"int8 and int4 on linnet.native's kernels ({status().path}, packed bytes)"
         if native_kernels is not None
@@ -395,6 +455,7 @@ def run(args: argparse.Namespace, folder: Path) -> None:
         f"# MB/token is what each path reads per step: linnet.torch: {native_line}; the "
         "ONNX int8, fp8 and mxfp4 rows without int8_activations read f32 weights dequantised "
         "once at load; llama.cpp's KV cache is f16"
+        + (f", ONNX Runtime GenAI's f{8 * built.kv_itemsize}" if built is not None else "")
     )
     print(
         "# resident memory after each warm-up: "
@@ -408,6 +469,8 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             else "`llama_cpp` is not importable here (llama-cpp-python is not built)"
         )
         print(f"# llama.cpp: left out ({why})")
+    if built is None:
+        print(f"# ONNX Runtime GenAI: left out ({genai_why})")
 
 
 if __name__ == "__main__":
