@@ -106,9 +106,9 @@ def _cpu_flags() -> str:
     return platform.processor() or platform.machine()
 
 
-TUNING = {"GenuineIntel": ("-DF32_TILED_FROM=2", "-DF32_ROWS=2")}
-"""Extra flags by CPU vendor: where a loop's best shape was measured to differ (kernels.c,
-`F32_TILED_FROM`). Flags given to `build` come after these, so they override them."""
+TUNING = {"GenuineIntel": ("-DF32_TILED_FROM=2", "-DF32_ROWS=2", "-DPREFETCH_LOCALITY=2")}
+"""Extra flags by CPU vendor, each measured on that vendor's CPU (kernels.c, `F32_TILED_FROM`
+and `PREFETCH_LOCALITY`). Flags given to `build` come after these, so they override them."""
 
 
 def tuning() -> tuple[str, ...]:

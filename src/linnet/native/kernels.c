@@ -143,7 +143,16 @@ static inline void vu4(const uint8_t *p, vf *low, vf *high) {
 #endif
 
 #ifdef VECTOR
-#define prefetch(p) __builtin_prefetch((const void *)(p), 0, 3)
+#ifndef PREFETCH_LOCALITY
+#define PREFETCH_LOCALITY 3 /* where the next block's software prefetch lands: 3 = L1
+ * (prefetcht0), 2 = L2 (prefetcht1). On an Intel Xeon, L2 read faster (medians of 11-15
+ * alternated passes over a decode step's weights, two threads: f32 29.3 against 27.9 GB/s,
+ * int8 22.9 against 20.4, int4 with int8 activations 22.1 against 20.5, exact int4 level;
+ * 0, prefetchnta, 10.0): a block of long rows prefetched into L1 pushes x out of it (the
+ * 2048x5632 product read slowest). `linnet.native.build` passes 2 on Intel CPUs; the Zen 4
+ * figures were measured with 3. */
+#endif
+#define prefetch(p) __builtin_prefetch((const void *)(p), 0, PREFETCH_LOCALITY)
 #endif
 
 /* Rows per piece of work: a multiple of 24 (whole blocks of 4, 6 or 8 rows) holding about
