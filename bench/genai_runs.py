@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -144,25 +143,13 @@ def decode_in_child(
     model_dir: Path, tokens: list[int], new: int, threads: int, rounds: int
 ) -> dict[str, Any]:
     """`decode` in a child process: {"seconds", "tokens", "bytes", "load_s"}."""
-    command = ["decode", str(model_dir), "--tokens", ",".join(map(str, tokens)),
-               "--new", str(new), "--threads", str(threads), "--rounds", str(rounds)]  # fmt: skip
-    return _child(command)
+    return _child(_llama_cpp_runs().decode_arguments(model_dir, tokens, new, threads, rounds))
 
 
 def _child(arguments: list[str]) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-X", "faulthandler", __file__, *arguments],
-        capture_output=True,
-        text=True,
-        check=False,
+    result: dict[str, Any] = _llama_cpp_runs().run_child(
+        Path(__file__), "ONNX Runtime GenAI", arguments
     )
-    if done.returncode != 0:
-        # a negative code is a signal (a crash inside the runtime: faulthandler's trace above)
-        why = f"exit code {done.returncode}"
-        raise RuntimeError(
-            f"ONNX Runtime GenAI child {arguments[0]} failed ({why}): {done.stderr[-800:]}"
-        )
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -298,12 +285,7 @@ def main() -> None:
     build.add_argument("--block-size", type=int, choices=BLOCK_SIZES, default=128)
     build.add_argument("--accuracy-level", type=int, choices=(1, 2, 3, 4), default=4)
     build.add_argument("--cache", type=Path, required=True, help="the builder's cache folder")
-    decode = commands.add_parser("decode")
-    decode.add_argument("model_dir", type=Path)
-    decode.add_argument("--tokens", required=True, help="the prompt's token ids, comma-separated")
-    decode.add_argument("--new", type=int, default=32)
-    decode.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    decode.add_argument("--rounds", type=int, default=2)
+    _llama_cpp_runs().add_decode_command(commands, "model_dir")
     args = parser.parse_args()
     if args.command == "check":
         result = _check()

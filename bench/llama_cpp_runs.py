@@ -111,24 +111,47 @@ def decode_in_child(
     path: Path, tokens: list[int], new: int, threads: int, rounds: int
 ) -> dict[str, Any]:
     """`decode` in a child process: {"seconds", "tokens", "bytes", "load_s"}."""
-    command = ["decode", str(path), "--tokens", ",".join(map(str, tokens)), "--new", str(new),
-               "--threads", str(threads), "--rounds", str(rounds)]  # fmt: skip
-    return _child(command)
+    return _child(decode_arguments(path, tokens, new, threads, rounds))
 
 
-def _child(arguments: list[str]) -> dict[str, Any]:
+def decode_arguments(
+    path: Path, tokens: list[int], new: int, threads: int, rounds: int
+) -> list[str]:
+    """A peer script's `decode` command line (this one's and `genai_runs.py`'s)."""
+    return ["decode", str(path), "--tokens", ",".join(map(str, tokens)), "--new", str(new),
+            "--threads", str(threads), "--rounds", str(rounds)]  # fmt: skip
+
+
+def add_decode_command(commands: Any, path: str) -> None:
+    """The `decode` subcommand whose command line `decode_arguments` writes, its file or folder
+    argument called `path` (`commands`: an argparse `add_subparsers` result)."""
+    decode = commands.add_parser("decode")
+    decode.add_argument(path, type=Path)
+    decode.add_argument("--tokens", required=True, help="the prompt's token ids, comma-separated")
+    decode.add_argument("--new", type=int, default=32)
+    decode.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    decode.add_argument("--rounds", type=int, default=2)
+
+
+def run_child(script: Path, peer: str, arguments: list[str]) -> dict[str, Any]:
+    """`python -X faulthandler SCRIPT ARGUMENTS`: the JSON of its last line of output, or a
+    RuntimeError naming `peer`, the exit code and the end of its stderr."""
     done = subprocess.run(
-        [sys.executable, "-X", "faulthandler", __file__, *arguments],
+        [sys.executable, "-X", "faulthandler", str(script), *arguments],
         capture_output=True,
         text=True,
         check=False,
     )
     if done.returncode != 0:
-        # a negative code is a signal (a crash inside llama.cpp: faulthandler's trace above)
+        # a negative code is a signal (a crash inside the peer: faulthandler's trace above)
         why = f"exit code {done.returncode}"
-        raise RuntimeError(f"llama.cpp child {arguments[0]} failed ({why}): {done.stderr[-800:]}")
+        raise RuntimeError(f"{peer} child {arguments[0]} failed ({why}): {done.stderr[-800:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def _child(arguments: list[str]) -> dict[str, Any]:
+    return run_child(Path(__file__), "llama.cpp", arguments)
 
 
 def weight_bytes(path: Path) -> int:
@@ -188,12 +211,7 @@ def _decode(path: Path, prompt: list[int], new: int, threads: int, rounds: int) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    decode = commands.add_parser("decode")
-    decode.add_argument("path", type=Path)
-    decode.add_argument("--tokens", required=True, help="the prompt's token ids, comma-separated")
-    decode.add_argument("--new", type=int, default=32)
-    decode.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    decode.add_argument("--rounds", type=int, default=2)
+    add_decode_command(commands, "path")
     quantize = commands.add_parser("quantize")
     quantize.add_argument("source", type=Path)
     quantize.add_argument("target", type=Path)
