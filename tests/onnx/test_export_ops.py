@@ -167,6 +167,29 @@ def test_shape_ops(dtype: str) -> None:
     check(b.finish_function("shapes", outs), [x])
 
 
+@pytest.mark.parametrize("dtype", ["f32", "i64"])
+def test_permutes_of_unit_axes_are_reshapes(dtype: str) -> None:
+    """A permute that moves only axes of size 1 (a decode step's `[B, 1, N, D]` ->
+    `[B, N, 1, D]`) exports as a `Reshape`, with the values of the permute."""
+    from linnet.onnx.export.assemble import export_ir
+    from linnet.onnx.export.shapes import moves_only_units
+
+    x = random_array(rng_for("unit_permute", dtype), dtype, (2, 1, 3, 1, 4))
+    b = Builder.for_function([("x", TensorType(x.shape, dtype))])
+    (v,) = b.args
+    outs = [
+        b.permute(v, (0, 2, 1, 3, 4)),  # only the size-1 axes move: a reshape
+        b.permute(v, (1, 0, 3, 2, 4)),
+        b.permute(v, (2, 1, 0, 3, 4)),  # sizes 2 and 3 swap: a transpose
+    ]
+    fn = b.finish_function("unit_permutes", outs)
+    check(fn, [x])
+    ops = [node.op_type for node in export_ir(fn).model.graph.node]
+    assert ops.count("Transpose") == 1 and ops.count("Reshape") == 2
+    assert moves_only_units((0, 2, 1, 3), (1, 1, 32, 64))
+    assert not moves_only_units((0, 2, 1, 3), (1, 2, 32, 64))
+
+
 @pytest.mark.parametrize("index_dtype", ["i32", "i64", "u8", "u32", "i8", "u64"])
 def test_gather(index_dtype: str) -> None:
     for fn, inputs in gather_cases(index_dtype):

@@ -35,6 +35,7 @@ from linnet.ir.core import Op, Value
 from linnet.ir.symbolic import Dim, Poly
 from linnet.onnx.export.fused_native import known_f32_scalar
 from linnet.onnx.export.graph import Emitter
+from linnet.onnx.export.shapes import transpose
 
 _MASKED = -1e30
 _DOMAIN = "com.microsoft"
@@ -48,7 +49,7 @@ def _to_sequence_major(em: Emitter, x: Value, length: Dim | None = None, start: 
     if (start, length) != (0, full):
         bounds = [em.dims([start]), em.dims([start + length]), em.ints([2])]
         name = em.one("Slice", [name, *bounds])
-    moved = em.one("Transpose", [name], {"perm": [0, 2, 1, 3]})
+    moved = transpose(em, name, [0, 2, 1, 3], (batch, heads, length, width))
     return em.one("Reshape", [moved, em.dims([batch, length, heads * width])])
 
 
@@ -56,7 +57,7 @@ def _heads_first(em: Emitter, name: str, shape: tuple[Dim, ...]) -> str:
     """`[B, Q, H * D]` back to `[B, H, Q, D]`."""
     batch, heads, length, width = shape
     split = em.one("Reshape", [name, em.dims([batch, length, heads, width])])
-    return em.one("Transpose", [split], {"perm": [0, 2, 1, 3]})
+    return transpose(em, split, [0, 2, 1, 3], (batch, length, heads, width))
 
 
 def _bias(em: Emitter, mask: Value | None) -> str:

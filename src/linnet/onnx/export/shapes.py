@@ -92,17 +92,29 @@ def reshape(em: Emitter, x: str, source: Sequence[Dim], shape: Sequence[Dim]) ->
     return em.one("Reshape", [x, em.dims(shape)], {"allowzero": 1})
 
 
-def transpose(em: Emitter, x: str, perm: Sequence[int]) -> str:
-    """`Transpose` (no node for the identity permutation)."""
+def transpose(em: Emitter, x: str, perm: Sequence[int], shape: Sequence[Dim] | None = None) -> str:
+    """`Transpose` (no node for the identity permutation); a `Reshape` where `shape`
+    (`x`'s) shows that only axes of size 1 move (`moves_only_units`)."""
     if list(perm) == list(range(len(perm))):
         return x
+    if shape is not None and moves_only_units(perm, shape):
+        return reshape(em, x, shape, [shape[axis] for axis in perm])
     return em.one("Transpose", [x], {"perm": list(perm)})
+
+
+def moves_only_units(perm: Sequence[int], shape: Sequence[Dim]) -> bool:
+    """Whether permuting axes `perm` of a row-major tensor of `shape` keeps every element
+    where it is: the axes not known to have size 1 stay in their order (a decode step's
+    `[B, 1, N, D]` -> `[B, N, 1, D]` of one token). Such a permutation is a reshape."""
+    kept = [axis for axis in perm if shape[axis] != 1]
+    return kept == sorted(kept)
 
 
 def lower_permute(em: Emitter, op: Op) -> Sequence[str]:
     perm = op.attrs["perm"]
     assert isinstance(perm, tuple)
-    return [transpose(em, em.name(op.operands[0]), perm)]
+    source = op.operands[0]
+    return [transpose(em, em.name(source), perm, em.shape_of(source))]
 
 
 def _clamped(stop: Dim, dim: Dim) -> Dim:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 import onnx
+from onnx import numpy_helper
 
 
 def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
@@ -132,3 +133,40 @@ def remove_dead_nodes(graph: onnx.GraphProto) -> None:
                 stack.append(made_by)
     if dead:
         replace_nodes(graph, [n for i, n in enumerate(index.nodes) if i not in dead])
+
+
+def collapse_reshapes(graph: onnx.GraphProto) -> bool:
+    """Make every `Reshape` whose data is another `Reshape`'s output read that one's data
+    instead, when its target shape means the same on either (`allowzero=1`, or a constant
+    shape without zeros: a 0 would copy a size of its input), then drop the Reshapes left
+    unread. `reshape(reshape(x, a), b)` is `reshape(x, b)`: the same elements in the same
+    order, so the graph computes the same values with fewer nodes (a decode step's head
+    splits and merges, `[1, 1, N * D]` -> `[1, 1, N, D]` -> `[1, N, 1, D]`, become one). True
+    when a node changed."""
+    constants: dict[str, onnx.TensorProto] = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            constants[node.output[0]] = node.attribute[0].t
+    reshapes: dict[str, onnx.NodeProto] = {}
+    changed = False
+    for node in graph.node:
+        if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx"):
+            continue
+        source = reshapes.get(node.input[0])
+        if source is not None and _shape_is_absolute(node, constants):
+            node.input[0] = source.input[0]
+            changed = True
+        reshapes[node.output[0]] = node
+    if changed:
+        remove_dead_nodes(graph)
+    return changed
+
+
+def _shape_is_absolute(node: onnx.NodeProto, constants: Mapping[str, onnx.TensorProto]) -> bool:
+    """Whether a `Reshape`'s target shape does not depend on its data's shape."""
+    if any(a.name == "allowzero" and a.i == 1 for a in node.attribute):
+        return True
+    shape = constants.get(node.input[1]) if len(node.input) > 1 else None
+    if shape is None:
+        return False
+    return 0 not in numpy_helper.to_array(shape).tolist()

@@ -70,6 +70,7 @@ from linnet.ir.inputs import (
 )
 from linnet.ir.results import regroup
 from linnet.onnx.runtime.contract import Contract, read_contract, with_argmax
+from linnet.onnx.runtime.graph import collapse_reshapes
 from linnet.onnx.runtime.inplace import find_writes, rewrite, with_probes
 from linnet.onnx.runtime.session import EntrySession, can_capture
 from linnet.onnx.runtime.state import StateStore
@@ -476,6 +477,7 @@ class OnnxModel:
             int8_activations=self.int8_activations,
         )
         proto = exported.model
+        collapse_reshapes(proto.graph)
         check_provider(proto, provider)
         contract = read_contract(proto, fn, self.kinds)
         return EntrySession(
@@ -547,6 +549,7 @@ class OnnxModel:
             new = {io.path: io.name for io in exported.outputs if io.role == "next_state"}
             names = {w.path: (state[w.path], new[w.path]) for w in writes}
             rewrite(proto, len(fn.results), writes, names)
+        collapse_reshapes(proto.graph)
         check_provider(proto, provider)
         return proto, fn
 
