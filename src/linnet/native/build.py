@@ -106,9 +106,12 @@ def _cpu_flags() -> str:
     return platform.processor() or platform.machine()
 
 
-TUNING = {"GenuineIntel": ("-DF32_TILED_FROM=2", "-DF32_ROWS=2", "-DPREFETCH_LOCALITY=2")}
-"""Extra flags by CPU vendor, each measured on that vendor's CPU (kernels.c, `F32_TILED_FROM`
-and `PREFETCH_LOCALITY`). Flags given to `build` come after these, so they override them."""
+TUNING = {
+    "GenuineIntel": ("-DF32_TILED_FROM=2", "-DF32_ROWS=2", "-DPREFETCH_LOCALITY=2", "-DWROWS=4")
+}
+"""Extra flags by CPU vendor, each measured on that vendor's CPU (kernels.c, `F32_TILED_FROM`,
+`PREFETCH_LOCALITY` and `WROWS`). Flags given to `build` come after these, so they override
+them."""
 
 
 def tuning() -> tuple[str, ...]:

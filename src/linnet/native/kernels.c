@@ -278,7 +278,10 @@ static void permute_chunks(const float *x, int64_t m, int64_t in, float *xp) {
 
 /* Weight rows per block, and rows of x per pass over a block: among 2/4/6/8 x 1/2/3/4,
  * measured on one Zen 4 core with the weights in L2, 6 x 2 was the fastest at 1, 4 and 16
- * rows of x (about 28, 37 and 38 G weight-rows/s). */
+ * rows of x (about 28, 37 and 38 G weight-rows/s). On an Intel Xeon, over a decode step's
+ * weights with two threads (medians of 7-11 alternated passes), 4 x 2 read faster at 1, 4
+ * and 8 rows of x: 18.5-19.2 against 17.9-18.4 GB/s, 8.6 against 7.7, 4.5 against 4.0 (2, 3,
+ * 5 and 8 weight rows no faster); `linnet.native.build` passes -DWROWS=4 there. */
 #ifndef WROWS
 #define WROWS 6
 #endif
