@@ -3,21 +3,31 @@ one's data, the graph computes the same values, and a shape with a copied (0) si
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-import onnxruntime as ort  # type: ignore[import-untyped]
+import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from linnet.onnx.runtime.graph import collapse_reshapes
 
 
-def _graph(second_shape: list[int], allowzero: int) -> object:
+def _graph(second_shape: list[int], first_also_read: bool = False) -> onnx.ModelProto:
+    """x [24] -> Reshape [2, 3, 4] (r1) -> Reshape `second_shape` (y); z is y again, or, with
+    `first_also_read`, -r1 (so r1 stays read after the collapse)."""
     ints = TensorProto.INT64
+    z = (
+        helper.make_node("Neg", ["r1"], ["z"])
+        if first_also_read
+        else helper.make_node("Identity", ["y"], ["z"])
+    )
     nodes = [
         helper.make_node("Constant", [], ["s1"], value=helper.make_tensor("s1", ints, [3], [2, 3, 4])),
         helper.make_node("Constant", [], ["s2"], value=helper.make_tensor("s2", ints, [len(second_shape)], second_shape)),
         helper.make_node("Reshape", ["x", "s1"], ["r1"]),
-        helper.make_node("Reshape", ["r1", "s2"], ["y"], allowzero=allowzero),
-        helper.make_node("Neg", ["r1"], ["z"]) if allowzero < 0 else helper.make_node("Identity", ["y"], ["z"]),
+        helper.make_node("Reshape", ["r1", "s2"], ["y"]),
+        z,
     ]  # fmt: skip
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [24])
     outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z")]
@@ -25,32 +35,36 @@ def _graph(second_shape: list[int], allowzero: int) -> object:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _run(model: object) -> list[np.ndarray]:
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])  # type: ignore[attr-defined]
-    x = np.arange(24, dtype=np.float32)
-    return list(session.run(None, {"x": x}))
+def _run(model: onnx.ModelProto) -> list[np.ndarray[Any, Any]]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return list(session.run(None, {"x": np.arange(24, dtype=np.float32)}))
+
+
+def _reshapes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    return [n for n in model.graph.node if n.op_type == "Reshape"]
 
 
 def test_a_reshape_of_a_reshape_reads_the_first_ones_data() -> None:
-    model = _graph([4, 6], 0)
+    model = _graph([4, 6])
     before = _run(model)
-    assert collapse_reshapes(model.graph)  # type: ignore[attr-defined]
-    reshapes = [n for n in model.graph.node if n.op_type == "Reshape"]  # type: ignore[attr-defined]
+    assert collapse_reshapes(model.graph)
+    reshapes = _reshapes(model)
     assert len(reshapes) == 1 and reshapes[0].input[0] == "x"
     for a, b in zip(before, _run(model), strict=True):
         assert a.shape == b.shape and np.array_equal(a, b)
 
 
 def test_the_first_reshape_stays_while_read() -> None:
-    model = _graph([4, 6], -1)  # r1 is also read by a Neg
+    model = _graph([4, 6], first_also_read=True)
     before = _run(model)
-    assert collapse_reshapes(model.graph)  # type: ignore[attr-defined]
-    assert sum(n.op_type == "Reshape" for n in model.graph.node) == 2  # type: ignore[attr-defined]
+    assert collapse_reshapes(model.graph)
+    reshapes = _reshapes(model)
+    assert len(reshapes) == 2 and reshapes[1].input[0] == "x"
     for a, b in zip(before, _run(model), strict=True):
-        assert np.array_equal(a, b)
+        assert a.shape == b.shape and np.array_equal(a, b)
 
 
 def test_a_copied_size_keeps_the_chain() -> None:
-    model = _graph([0, 12], 0)  # 0 copies r1's first size (2): not x's (24)
-    assert not collapse_reshapes(model.graph)  # type: ignore[attr-defined]
+    model = _graph([0, 12])  # 0 copies r1's first size (2): not x's (24)
+    assert not collapse_reshapes(model.graph)
     assert _run(model)[0].shape == (2, 12)
