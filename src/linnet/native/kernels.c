@@ -887,7 +887,9 @@ typedef struct {
     float *lane; /* VNNI: [m][chunks][16], each lane's activation scale */
 } a8_int4_x;
 
+/* 1: a group that is not even or does not divide `in`; 2: no memory. */
 static int a8_int4_prepare(const float *x, int64_t m, int64_t in, int64_t group, a8_int4_x *p) {
+    if (group <= 0 || group % 2 != 0 || in % group != 0) return 1;
     int64_t groups = in / group, chunks = (in / 2 + 63) / 64;
     size_t bytes = (size_t)(m * in) + sizeof(float) * (size_t)(m * groups) * 2 +
                    sizeof(int32_t) * (size_t)(m * groups);
@@ -977,9 +979,9 @@ static void a8_int4_piece(const a8_int4_x *p, const uint8_t *packed, const float
 int linnet_int4_linear_a8(const float *x, int64_t m, int64_t in, const uint8_t *packed,
                           const float *scale, const uint8_t *zero, int64_t group,
                           const float *bias, float *y, int64_t out, int asked) {
-    if (group <= 0 || group % 2 != 0 || in % group != 0) return 1;
     a8_int4_x p;
-    if (a8_int4_prepare(x, m, in, group, &p) != 0) return 2;
+    int code = a8_int4_prepare(x, m, in, group, &p);
+    if (code != 0) return code;
     int threads = threads_for(out * (in / 2), asked);
     PIECES(out, in / 2, threads, a8_int4_piece(&p, packed, scale, zero, bias, y, out, o0, o1));
     free(p.buffer);
@@ -998,7 +1000,9 @@ typedef struct {
     int8_t *padded; /* VNNI: [m][chunks][64], q_a zero past `in` */
 } a8_int8_x;
 
+/* 1: a block under 16 or not dividing `in`; 2: no memory. */
 static int a8_int8_prepare(const float *x, int64_t m, int64_t in, int64_t block, a8_int8_x *p) {
+    if (block < 16 || in % block != 0) return 1;
     int64_t blocks = in / block, chunks = (in + 63) / 64;
     size_t bytes = sizeof(float) * (size_t)(m * blocks) + sizeof(int32_t) * (size_t)(m * blocks) +
                    (size_t)(m * in);
@@ -1070,9 +1074,9 @@ static void a8_int8_piece(const a8_int8_x *p, const int8_t *q, const float *scal
 int linnet_int8_linear_a8(const float *x, int64_t m, int64_t in, const int8_t *q,
                           const float *scale, int64_t block, const float *bias, float *y,
                           int64_t out, int asked) {
-    if (block < 16 || in % block != 0) return 1;
     a8_int8_x p;
-    if (a8_int8_prepare(x, m, in, block, &p) != 0) return 2;
+    int code = a8_int8_prepare(x, m, in, block, &p);
+    if (code != 0) return code;
     int threads = threads_for(out * in, asked);
     PIECES(out, in, threads, a8_int8_piece(&p, q, scale, bias, y, out, o0, o1));
     free(p.buffer);
@@ -1329,9 +1333,9 @@ int linnet_int4_linear_many(const float *x, int64_t m, int64_t in, int64_t group
 int linnet_int4_linear_a8_many(const float *x, int64_t m, int64_t in, int64_t group,
                                const linnet_member *members, int64_t count, int asked) {
     if (count < 1 || count > MANY) return 1;
-    if (group <= 0 || group % 2 != 0 || in % group != 0) return 1;
     a8_int4_x p;
-    if (a8_int4_prepare(x, m, in, group, &p) != 0) return 2;
+    int code = a8_int4_prepare(x, m, in, group, &p);
+    if (code != 0) return code;
     int threads = threads_for(member_rows(members, count) * (in / 2), asked);
     MEMBER_PIECES(members, count, in / 2, threads,
                   a8_int4_piece(&p, (const uint8_t *)mk->weight, mk->scale, mk->zero, mk->bias,
@@ -1343,9 +1347,9 @@ int linnet_int4_linear_a8_many(const float *x, int64_t m, int64_t in, int64_t gr
 int linnet_int8_linear_a8_many(const float *x, int64_t m, int64_t in, int64_t block,
                                const linnet_member *members, int64_t count, int asked) {
     if (count < 1 || count > MANY) return 1;
-    if (block < 16 || in % block != 0) return 1;
     a8_int8_x p;
-    if (a8_int8_prepare(x, m, in, block, &p) != 0) return 2;
+    int code = a8_int8_prepare(x, m, in, block, &p);
+    if (code != 0) return code;
     int threads = threads_for(member_rows(members, count) * in, asked);
     MEMBER_PIECES(members, count, in, threads,
                   a8_int8_piece(&p, (const int8_t *)mk->weight, mk->scale, mk->bias, mk->y,
